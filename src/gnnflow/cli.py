@@ -1,0 +1,85 @@
+"""The ``gnnflow`` command line.
+
+Each subcommand lives in its own module, which defines ``add_arguments(parser)``
+and ``main(args) -> int | None``.  Modules are imported only when their
+subcommand runs, so ``gnnflow --help`` stays fast and one broken area does not
+take the others down.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+
+from gnnflow.errors import GnnflowError
+
+# subcommand -> (module, one-line help)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "prepare": ("gnnflow.data.cli_prepare", "download/convert/generate a dataset into a graph store"),
+    "info": ("gnnflow.data.cli_info", "print a graph store's meta and statistics as JSON"),
+    "homogenize": ("gnnflow.data.cli_homogenize", "turn a heterogeneous graph store into one homogeneous id space"),
+    "presample": ("gnnflow.partition.cli_presample", "run the training sampler to count vertex/edge appearances (GSplit §4)"),
+    "partition": ("gnnflow.partition.cli_partition", "partition a graph store into a partition book"),
+    "partition-report": ("gnnflow.partition.cli_report", "quality metrics of a partition book"),
+    "train": ("gnnflow.strategies.cli_train", "train with a strategy (single, data, split, p3, fullbatch, hec, dgcl, distdgl)"),
+    "verify": ("gnnflow.strategies.cli_verify", "check a distributed strategy against single-process training"),
+    "plan": ("gnnflow.dist.cli_plan", "model the halo-exchange cost of each communication planner (DGCL)"),
+    "topology": ("gnnflow.dist.cli_topology", "topology presets and probing of local link bandwidth"),
+    "bench": ("gnnflow.bench.cli", "benchmarks that print ratios against a peer measured side by side"),
+    "results": ("gnnflow.results.cli", "aggregate and summarize run records"),
+    "plot": ("gnnflow.plots.cli", "paper-style figures from a results table"),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="gnnflow",
+        description="End-to-end pipelines for distributed GNN training strategies.",
+    )
+    parser.add_argument("--version", action="version", version=f"gnnflow {_version()}")
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, (_module, help_text) in COMMANDS.items():
+        sub.add_parser(name, help=help_text, add_help=False)
+    return parser
+
+
+def _version() -> str:
+    from gnnflow import __version__
+
+    return __version__
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    # Parse only the global part; the subcommand's module parses the rest.
+    top, rest = parser.parse_known_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if top.verbose else logging.INFO,
+        format="%(asctime)s %(name)s %(levelname)s %(message)s",
+        datefmt="%H:%M:%S",
+    )
+    if top.command is None:
+        parser.print_help()
+        return 2
+    module_name, help_text = COMMANDS[top.command]
+    module = importlib.import_module(module_name)
+    sub = argparse.ArgumentParser(prog=f"gnnflow {top.command}", description=help_text)
+    module.add_arguments(sub)
+    args = sub.parse_args(rest)
+    try:
+        code = module.main(args)
+    except GnnflowError as exc:
+        print(f"gnnflow {top.command}: error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print(f"gnnflow {top.command}: interrupted", file=sys.stderr)
+        return 130
+    return int(code or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

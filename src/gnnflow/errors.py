@@ -1,0 +1,25 @@
+"""Errors a user can cause.  The CLI prints them as one line and exits non-zero."""
+
+
+class GnnflowError(Exception):
+    """A problem with user input (a path, a file, a config value, a download).
+
+    The message names the thing and says what to do; the CLI prints it without a
+    traceback.
+    """
+
+
+class StoreError(GnnflowError):
+    """A graph store, partition book or array file on disk is missing or malformed."""
+
+
+class ConfigError(GnnflowError):
+    """A bad option or config value."""
+
+
+class DownloadError(GnnflowError):
+    """A dataset download failed (offline, unknown name, bad checksum)."""
+
+
+class DistributedError(GnnflowError):
+    """A rank failed or a distributed wait timed out."""

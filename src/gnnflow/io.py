@@ -1,0 +1,128 @@
+"""Atomic outputs, provenance, progress bars: what every stage writes with."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import platform
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+log = logging.getLogger("gnnflow")
+
+
+@contextlib.contextmanager
+def atomic_dir(out: str | os.PathLike[str], overwrite: bool = False) -> Iterator[Path]:
+    """Yield a temporary directory next to ``out``; rename it to ``out`` on success.
+
+    On any exception the temporary directory is removed and ``out`` is left as it
+    was, so a failed stage never leaves partial output behind.
+    """
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    try:
+        yield tmp
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    if out.exists():
+        if not overwrite:
+            shutil.rmtree(tmp, ignore_errors=True)
+            from gnnflow.errors import GnnflowError
+
+            raise GnnflowError(f"{out} already exists; remove it or pass --overwrite")
+        shutil.rmtree(out)
+    os.replace(tmp, out)
+
+
+@contextlib.contextmanager
+def atomic_file(out: str | os.PathLike[str]) -> Iterator[Path]:
+    """Yield a temporary file path next to ``out``; rename it to ``out`` on success."""
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fd, name = tempfile.mkstemp(prefix=f".{out.name}.tmp-", dir=out.parent)
+    os.close(fd)
+    tmp = Path(name)
+    try:
+        yield tmp
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    os.replace(tmp, out)
+
+
+def provenance(extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """What produced an output: command line, versions, host, time."""
+    import numpy
+
+    info: dict[str, Any] = {
+        "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
+        "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "host": platform.node(),
+        "python": platform.python_version(),
+        "numpy": numpy.__version__,
+    }
+    try:
+        from gnnflow import __version__
+
+        info["gnnflow"] = __version__
+    except Exception:  # pragma: no cover
+        pass
+    if "torch" in sys.modules:
+        info["torch"] = sys.modules["torch"].__version__
+    if extra:
+        info.update(extra)
+    return info
+
+
+def write_json(path: str | os.PathLike[str], obj: Any) -> None:
+    with atomic_file(path) as tmp:
+        tmp.write_text(json.dumps(obj, indent=2, sort_keys=True, default=_json_default) + "\n")
+
+
+def _json_default(obj: Any) -> Any:
+    import numpy as np
+
+    if isinstance(obj, np.integer):
+        return int(obj)
+    if isinstance(obj, np.floating):
+        return float(obj)
+    if isinstance(obj, np.ndarray):
+        return obj.tolist()
+    if isinstance(obj, Path):
+        return str(obj)
+    raise TypeError(f"not JSON serializable: {type(obj).__name__}")
+
+
+def progress(iterable: Iterable[T], desc: str, total: int | None = None) -> Iterable[T]:
+    """A tqdm bar on a terminal; plain log lines (about every 10%) otherwise."""
+    if sys.stderr.isatty():
+        from tqdm import tqdm
+
+        return tqdm(iterable, desc=desc, total=total, leave=False)
+    return _plain_progress(iterable, desc, total)
+
+
+def _plain_progress(iterable: Iterable[T], desc: str, total: int | None) -> Iterator[T]:
+    if total is None:
+        try:
+            total = len(iterable)  # type: ignore[arg-type]
+        except TypeError:
+            total = None
+    step = max(1, (total or 0) // 10) if total else None
+    t0 = time.perf_counter()
+    i = 0
+    for i, item in enumerate(iterable, 1):
+        yield item
+        if step and i % step == 0:
+            log.info("%s: %d/%d (%.1fs)", desc, i, total, time.perf_counter() - t0)
+    log.info("%s: done, %d items in %.1fs", desc, i, time.perf_counter() - t0)
