@@ -69,7 +69,12 @@ def main(argv: list[str] | None = None) -> int:
     module = importlib.import_module(module_name)
     sub = argparse.ArgumentParser(prog=f"gnnflow {top.command}", description=help_text)
     module.add_arguments(sub)
-    args = sub.parse_args(rest)
+    if getattr(module, "ACCEPTS_EXTRA", False):
+        # e.g. `gnnflow bench NAME ...`: the module parses the rest with its own options
+        args, extra = sub.parse_known_args(rest)
+        args.extra = extra
+    else:
+        args = sub.parse_args(rest)
     try:
         code = module.main(args)
     except GnnflowError as exc:

@@ -251,7 +251,7 @@ def write_store(
         if checksums:
             full_meta["checksums"] = {f.name: sha256_file(f) for f in sorted(tmp.glob("*.npy"))}
         (tmp / "meta.json").write_text(json.dumps(full_meta, indent=2, sort_keys=True) + "\n")
-        store = open_store(tmp, validate=True)
+        open_store(tmp, validate=True)  # validate before the rename
     return open_store(out, validate=False)
 
 

@@ -1,0 +1,75 @@
+"""``gnnflow bench NAME [--json]``: benchmarks that print ratios against a peer.
+
+Each benchmark module defines ``add_arguments(parser)`` and ``run(args) -> dict``.
+The dict holds ``ratio`` (the headline ratio the issue names), ``ratio_name``
+(what it divides), ``summary`` (one line), and the raw figures.  This command
+adds the machine it ran on and prints the summary, or the whole dict as JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import platform
+from typing import Any
+
+ACCEPTS_EXTRA = True  # the chosen benchmark parses the remaining options
+
+# name -> (module, help)
+BENCHES: dict[str, tuple[str, str]] = {
+    "sampler": ("gnnflow.bench.sampler", "our layer-wise sampler vs DGL NeighborSampler (edges/s)"),
+    "layers": ("gnnflow.bench.layers", "our SAGE/GCN/GAT layers vs DGL's (forward+backward time)"),
+    "partition": ("gnnflow.bench.partition", "our METIS pipeline vs dgl.distributed.partition_graph"),
+    "pipeline": ("gnnflow.bench.pipeline", "epoch time with vs without the async mini-batch pipeline"),
+    "data-parallel": ("gnnflow.bench.data_parallel", "our data-parallel epoch vs DGL DistDGL on the same partitions"),
+    "split": ("gnnflow.bench.split", "split-parallel vs data-parallel vs p3: time, edges, features, bytes"),
+    "fullbatch": ("gnnflow.bench.fullbatch", "our full-batch GCN vs DGL GraphConv; overlap and permutation effects"),
+    "hec": ("gnnflow.bench.hec", "HEC vs data-parallel remote fetching: remote bytes and time"),
+    "allgather": ("gnnflow.bench.allgather", "graph_allgather planners: modeled vs measured time"),
+}
+
+
+def machine() -> dict[str, Any]:
+    import torch
+
+    info = {
+        "host": platform.node(),
+        "cpu_count": os.cpu_count(),
+        "processor": platform.processor() or platform.machine(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+    }
+    try:
+        import psutil
+
+        info["memory_gib"] = round(psutil.virtual_memory().total / 2**30, 1)
+    except ImportError:  # pragma: no cover
+        pass
+    return info
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("name", choices=sorted(BENCHES), help="which benchmark")
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead of a summary line")
+    parser.epilog = "benchmarks: " + "; ".join(f"{k}: {v[1]}" for k, v in BENCHES.items())
+
+
+def main(args: argparse.Namespace) -> int:
+    # Re-parse with the chosen benchmark's own options.
+    module_name, help_text = BENCHES[args.name]
+    module = importlib.import_module(module_name)
+    parser = argparse.ArgumentParser(prog=f"gnnflow bench {args.name}", description=help_text)
+    parser.add_argument("--json", action="store_true")
+    module.add_arguments(parser)
+    bargs = parser.parse_args(args.extra)
+    result = module.run(bargs)
+    result.setdefault("benchmark", args.name)
+    result["machine"] = machine()
+    if bargs.json or args.json:
+        print(json.dumps(result, sort_keys=True, default=float))
+    else:
+        print(result.get("summary", json.dumps(result, default=float)))
+    return 0

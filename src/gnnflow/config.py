@@ -1,0 +1,76 @@
+"""Training configuration shared by every strategy."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gnnflow.errors import ConfigError
+
+MODELS = ("sage", "gcn", "gat")
+
+
+@dataclass
+class TrainConfig:
+    """What a training run needs.  Strategy-specific knobs live in ``options``."""
+
+    graph: str
+    strategy: str = "single"
+    partition: str | None = None
+    model: str = "sage"
+    hidden: int = 64
+    num_layers: int = 2
+    fanouts: list[int] = field(default_factory=lambda: [10, 10])
+    batch_size: int = 512
+    lr: float = 0.003
+    weight_decay: float = 0.0
+    dropout: float = 0.2
+    heads: int = 2
+    epochs: int = 5
+    seed: int = 0
+    workers: int = 1
+    eval_every: int = 1
+    device: str = "cpu"
+    out: str | None = None
+    run_id: str | None = None
+    resume: bool = False
+    options: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        if self.model not in MODELS:
+            raise ConfigError(f"model: unknown model {self.model!r}; choose one of {', '.join(MODELS)}")
+        if self.workers < 1:
+            raise ConfigError(f"workers: must be >= 1, got {self.workers}")
+        if self.num_layers < 1:
+            raise ConfigError(f"num_layers: must be >= 1, got {self.num_layers}")
+        if self.fanouts and len(self.fanouts) != self.num_layers:
+            raise ConfigError(
+                f"fanouts: {len(self.fanouts)} values for num_layers={self.num_layers}; give one per layer"
+            )
+        if any(f == 0 or f < -1 for f in self.fanouts):
+            raise ConfigError(f"fanouts: each must be a positive count or -1 (full), got {self.fanouts}")
+        for name in ("hidden", "batch_size", "epochs", "heads"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name}: must be >= 1, got {getattr(self, name)}")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ConfigError(f"dropout: must be in [0, 1), got {self.dropout}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> TrainConfig:
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - names)
+        if unknown:
+            raise ConfigError(f"unknown training setting(s): {', '.join(unknown)}")
+        return cls(**data)
+
+    @property
+    def run_dir(self) -> Path | None:
+        return Path(self.out) if self.out else None

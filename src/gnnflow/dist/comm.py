@@ -1,0 +1,155 @@
+"""Collective primitives every distributed strategy shares.
+
+* :func:`alltoallv` — each rank sends a variable number of rows to every peer
+  (one ``all_to_all_single`` for the counts, one for the rows).
+* :class:`AllToAllRows` — the same exchange as an autograd function: forward
+  sends rows along the send lists, backward sends the gradients back along the
+  same paths (the per-layer shuffle of split parallelism, GSplit §5).
+* :class:`CommStats` — bytes sent and received per peer, the counts a run records.
+
+With one rank (or no process group) every call is the identity, so single-
+process code paths need no special case.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+import torch.distributed as dist
+
+
+def world() -> tuple[int, int]:
+    """(rank, world_size); (0, 1) when no process group is initialised."""
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+@dataclass
+class CommStats:
+    """Bytes moved by this rank, per peer."""
+
+    world_size: int
+    bytes_sent: list[int] = field(default_factory=list)
+    bytes_received: list[int] = field(default_factory=list)
+    calls: int = 0
+
+    def __post_init__(self) -> None:
+        if not self.bytes_sent:
+            self.bytes_sent = [0] * self.world_size
+            self.bytes_received = [0] * self.world_size
+
+    def add(self, sent: list[int], received: list[int]) -> None:
+        self.calls += 1
+        for p in range(self.world_size):
+            self.bytes_sent[p] += sent[p]
+            self.bytes_received[p] += received[p]
+
+    @property
+    def total_sent(self) -> int:
+        rank, _ = world()
+        return sum(b for p, b in enumerate(self.bytes_sent) if p != rank)
+
+    @property
+    def total_received(self) -> int:
+        rank, _ = world()
+        return sum(b for p, b in enumerate(self.bytes_received) if p != rank)
+
+    def reset(self) -> None:
+        self.bytes_sent = [0] * self.world_size
+        self.bytes_received = [0] * self.world_size
+        self.calls = 0
+
+
+def exchange_counts(counts: list[int] | torch.Tensor) -> list[int]:
+    """Send ``counts[p]`` to rank p; return what every peer sent to this rank."""
+    _, size = world()
+    send = torch.as_tensor(counts, dtype=torch.int64).reshape(size)
+    if size == 1:
+        return send.tolist()
+    recv = torch.empty_like(send)
+    dist.all_to_all_single(recv, send)
+    return recv.tolist()
+
+
+def alltoallv(
+    send: list[torch.Tensor],
+    stats: CommStats | None = None,
+    recv_counts: list[int] | None = None,
+) -> list[torch.Tensor]:
+    """Send ``send[p]`` (rows) to rank p; return the list of rows received from each peer.
+
+    All tensors share dtype and trailing shape.  ``recv_counts`` skips the count
+    exchange when the caller already knows it (e.g. a precomputed shuffle index).
+    """
+    rank, size = world()
+    if size == 1:
+        return list(send)
+    if len(send) != size:
+        raise ValueError(f"alltoallv needs one tensor per rank ({size}), got {len(send)}")
+    send_counts = [int(t.shape[0]) for t in send]
+    if recv_counts is None:
+        recv_counts = exchange_counts(send_counts)
+    ref = send[0]
+    tail = tuple(ref.shape[1:])
+    flat_send = torch.cat([t.reshape(t.shape[0], *tail) for t in send], 0).contiguous()
+    recv = torch.empty((sum(recv_counts), *tail), dtype=ref.dtype, device=ref.device)
+    dist.all_to_all_single(recv, flat_send, output_split_sizes=recv_counts, input_split_sizes=send_counts)
+    if stats is not None:
+        row_bytes = ref.element_size() * (int(torch.tensor(tail).prod().item()) if tail else 1)
+        stats.add([c * row_bytes for c in send_counts], [c * row_bytes for c in recv_counts])
+    return list(torch.split(recv, recv_counts, 0))
+
+
+class AllToAllRows(torch.autograd.Function):
+    """Rows ``x[send_index[p]]`` go to rank p; rows from peers are concatenated in rank order.
+
+    Backward: the gradient of each received row is sent back to where it came
+    from and summed into ``x``'s gradient at the send positions (a row sent to
+    several peers gets the sum of their gradients).
+    """
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, send_index: list[torch.Tensor], recv_counts: list[int],
+                stats: CommStats | None) -> torch.Tensor:  # type: ignore[override]
+        ctx.send_index = send_index
+        ctx.recv_counts = recv_counts
+        ctx.num_rows = x.shape[0]
+        ctx.stats = stats
+        parts = alltoallv([x[idx] for idx in send_index], stats, recv_counts)
+        return torch.cat(parts, 0)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):  # type: ignore[override]
+        send_counts = [int(i.numel()) for i in ctx.send_index]
+        back = alltoallv(list(torch.split(grad.contiguous(), ctx.recv_counts, 0)), ctx.stats, send_counts)
+        gx = grad.new_zeros((ctx.num_rows, *grad.shape[1:]))
+        for idx, g in zip(ctx.send_index, back, strict=True):
+            gx.index_add_(0, idx, g)
+        return gx, None, None, None
+
+
+def all_to_all_rows(x: torch.Tensor, send_index: list[torch.Tensor], recv_counts: list[int],
+                    stats: CommStats | None = None) -> torch.Tensor:
+    """Differentiable row exchange; see :class:`AllToAllRows`."""
+    return AllToAllRows.apply(x, send_index, recv_counts, stats)
+
+
+def all_reduce_gradients(module: torch.nn.Module, average: bool = True) -> None:
+    """Sum (or average) every parameter gradient across ranks, flattened into one call."""
+    _, size = world()
+    if size == 1:
+        return
+    grads = [p.grad for p in module.parameters() if p.grad is not None]
+    if not grads:
+        return
+    flat = torch.cat([g.reshape(-1) for g in grads])
+    dist.all_reduce(flat)
+    if average:
+        flat /= size
+    offset = 0
+    for g in grads:
+        n = g.numel()
+        g.copy_(flat[offset : offset + n].view_as(g))
+        offset += n

@@ -1,0 +1,125 @@
+"""The common results schema: one record per run x epoch x rank.
+
+Every strategy fills the same columns, so one table compares them all.  Times
+are seconds summed over the epoch's iterations on that rank; counters are
+totals over the epoch on that rank.  Strategy-specific counters go into
+``extra`` and become ``x_<name>`` columns in the table.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+from collections import defaultdict
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+# Timer names every strategy uses where it has the phase (missing phases stay 0).
+TIMERS = ("sample", "load", "forward_backward", "allreduce", "wait", "step", "comm", "eval")
+# Counters every strategy fills where it has them.
+COUNTERS = (
+    "iterations",
+    "sampled_edges",
+    "features_loaded",
+    "remote_features",
+    "remote_bytes",
+    "bytes_sent",
+    "bytes_received",
+    "cache_hits",
+    "cache_misses",
+)
+
+
+@dataclass
+class EpochRecord:
+    run_id: str
+    strategy: str
+    dataset: str
+    model: str
+    workers: int
+    rank: int
+    epoch: int
+    seed: int
+    loss: float = float("nan")
+    train_acc: float = float("nan")
+    val_acc: float = float("nan")
+    test_acc: float = float("nan")
+    time_epoch: float = 0.0
+    times: dict[str, float] = field(default_factory=dict)
+    counters: dict[str, float] = field(default_factory=dict)
+    extra: dict[str, float] = field(default_factory=dict)
+
+    def flat(self) -> dict[str, Any]:
+        """One flat row: ``time_<timer>``, counter names, ``x_<extra>``."""
+        row = {k: v for k, v in asdict(self).items() if k not in ("times", "counters", "extra")}
+        for t in TIMERS:
+            row[f"time_{t}"] = float(self.times.get(t, 0.0))
+        for t, v in self.times.items():
+            row.setdefault(f"time_{t}", float(v))
+        for c in COUNTERS:
+            row[c] = float(self.counters.get(c, 0))
+        for c, v in self.counters.items():
+            row.setdefault(c, float(v))
+        for k, v in self.extra.items():
+            row[f"x_{k}"] = v
+        return row
+
+
+class Recorder:
+    """Accumulates timers and counters for one rank during one epoch."""
+
+    def __init__(self) -> None:
+        self.times: dict[str, float] = defaultdict(float)
+        self.counters: dict[str, float] = defaultdict(float)
+        self.extra: dict[str, float] = {}
+        self._t0 = time.perf_counter()
+
+    @contextlib.contextmanager
+    def timer(self, name: str) -> Iterator[None]:
+        t = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.times[name] += time.perf_counter() - t
+
+    def add_time(self, name: str, seconds: float) -> None:
+        self.times[name] += seconds
+
+    def count(self, name: str, value: float = 1) -> None:
+        self.counters[name] += float(value)
+
+    def reset(self) -> None:
+        self.times.clear()
+        self.counters.clear()
+        self.extra.clear()
+        self._t0 = time.perf_counter()
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self._t0
+
+
+def write_records(run_dir: str | Path, records: list[EpochRecord]) -> Path:
+    """Append records as JSON lines to ``run_dir/records.jsonl`` (one per line)."""
+    path = Path(run_dir) / "records.jsonl"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as fh:
+        for r in records:
+            fh.write(json.dumps(r.flat(), sort_keys=True) + "\n")
+    return path
+
+
+def read_records(paths: list[str | Path]) -> Any:
+    """Read one or more ``records.jsonl`` files (or run directories) into a DataFrame."""
+    import pandas as pd
+
+    rows = []
+    for p in paths:
+        p = Path(p)
+        if p.is_dir():
+            p = p / "records.jsonl"
+        with open(p) as fh:
+            rows.extend(json.loads(line) for line in fh if line.strip())
+    return pd.DataFrame(rows)

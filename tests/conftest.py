@@ -1,0 +1,50 @@
+"""Shared fixtures.  Graphs are tiny so that multi-rank tests run in seconds on 2 cores."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+os.environ.setdefault("DGLBACKEND", "pytorch")
+os.environ.setdefault("OUTDATED_IGNORE", "1")
+
+
+def random_store_arrays(num_nodes: int = 200, avg_degree: int = 6, feature_dim: int = 8,
+                        num_classes: int = 4, seed: int = 0) -> dict:
+    """A small undirected random graph with no self-loops or duplicate edges."""
+    rng = np.random.default_rng(seed)
+    m = num_nodes * avg_degree // 2
+    src = rng.integers(0, num_nodes, m)
+    dst = rng.integers(0, num_nodes, m)
+    keep = src != dst
+    src, dst = src[keep], dst[keep]
+    u = np.concatenate([src, dst])
+    v = np.concatenate([dst, src])
+    key = np.unique(v * num_nodes + u)
+    v, u = key // num_nodes, key % num_nodes
+    indptr = np.zeros(num_nodes + 1, dtype=np.int64)
+    np.add.at(indptr, v + 1, 1)
+    indptr = np.cumsum(indptr)
+    perm = rng.permutation(num_nodes)
+    n_train, n_val = num_nodes // 2, num_nodes // 4
+    return dict(
+        indptr=indptr,
+        indices=u.astype(np.int64),
+        features=rng.standard_normal((num_nodes, feature_dim)).astype(np.float32),
+        labels=rng.integers(0, num_classes, num_nodes),
+        train_idx=np.sort(perm[:n_train]),
+        val_idx=np.sort(perm[n_train : n_train + n_val]),
+        test_idx=np.sort(perm[n_train + n_val :]),
+        num_classes=num_classes,
+    )
+
+
+@pytest.fixture
+def tiny_store(tmp_path):
+    """A 200-node random graph store (no class signal; for mechanics, not accuracy)."""
+    from gnnflow.data.store import write_store
+
+    arrays = random_store_arrays()
+    return write_store(tmp_path / "tiny", name="tiny", source="test", directed=False, **arrays)
