@@ -1,0 +1,300 @@
+"""The partition book: the on-disk partitioned graph that every strategy reads.
+
+Layout (DistDGLv2 §4.1.1: each machine holds one partition's vertices, their
+in-edges and the halo vertices those edges reach; DistGNN-MB §3.1 calls the owned
+vertices "solid" and the others "halo")::
+
+    PARTDIR/meta.json          method, num_parts, params, seed, graph path, levels,
+                               timings, quality metrics, provenance
+    PARTDIR/node_part.npy      int32 [N] vertex -> part id
+    PARTDIR/node_machine.npy   int32 [N] vertex -> machine (two-level only)
+    PARTDIR/perm.npy           int64 [N] new position -> old vertex id (permute-1d only)
+    PARTDIR/part<i>/
+        inner_ids.npy          int64 global ids of the part's own vertices, sorted
+        halo_ids.npy           int64 global ids of 1-hop in-neighbours not owned, sorted
+        indptr.npy, indices.npy  local CSR; row r = inner vertex r; entries index
+                               local_to_global = concat(inner_ids, halo_ids)
+        features.npy           float32 [n_inner, D] (memory-mapped on load)
+        labels.npy             int64 [n_inner]
+        train_idx.npy, val_idx.npy, test_idx.npy   GLOBAL ids of inner vertices per split
+        halo_ids_hop<k>.npy    (k >= 2, on request) vertices first reached at hop k
+
+:meth:`PartitionBook.load_part` reads only part ``i``'s files, so a rank never
+touches another part's data.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from gnnflow.errors import StoreError
+
+FORMAT = "gnnflow-partition-book"
+VERSION = 1
+PART_ARRAYS = ("inner_ids", "halo_ids", "indptr", "indices", "labels", "train_idx", "val_idx", "test_idx")
+
+
+def _load(path: Path, mmap: bool = False) -> np.ndarray:
+    if not path.exists():
+        raise StoreError(f"{path}: missing file; the partition book is incomplete (re-run `gnnflow partition`)")
+    try:
+        return np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
+    except (ValueError, OSError, EOFError) as exc:
+        raise StoreError(f"{path}: cannot read .npy ({exc}); the file is truncated or corrupt") from None
+
+
+@dataclass
+class Part:
+    """One part of a partition book: solid (inner) vertices, halo, local CSR, shards."""
+
+    part_id: int
+    inner_ids: np.ndarray
+    halo_ids: np.ndarray
+    indptr: np.ndarray
+    indices: np.ndarray
+    features: np.ndarray | None
+    labels: np.ndarray
+    train_idx: np.ndarray
+    val_idx: np.ndarray
+    test_idx: np.ndarray
+    path: Path | None = None
+    local_to_global: np.ndarray = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.local_to_global = np.concatenate([self.inner_ids, self.halo_ids]).astype(np.int64, copy=False)
+
+    @property
+    def num_inner(self) -> int:
+        return int(self.inner_ids.shape[0])
+
+    @property
+    def num_halo(self) -> int:
+        return int(self.halo_ids.shape[0])
+
+    @property
+    def num_local(self) -> int:
+        return self.num_inner + self.num_halo
+
+    @property
+    def num_edges(self) -> int:
+        return int(self.indices.shape[0])
+
+    def global_to_local(self, ids: Any) -> np.ndarray:
+        """Local ids of global ``ids`` (inner first, then halo); -1 where absent.
+
+        Vectorized: two ``searchsorted`` calls on the sorted id arrays.
+        """
+        ids = np.asarray(ids, dtype=np.int64)
+        return _sorted_lookup(ids, self.inner_ids, self.halo_ids)
+
+    def is_inner(self, ids: Any) -> np.ndarray:
+        ids = np.asarray(ids, dtype=np.int64)
+        return _positions(ids, self.inner_ids) >= 0
+
+    def khop_halo(self, k: int) -> np.ndarray:
+        """Global ids of vertices first reached at in-hop ``k`` (k=1: ``halo_ids``)."""
+        if k == 1:
+            return self.halo_ids
+        if self.path is None:
+            raise StoreError(f"part {self.part_id}: K-hop halos need a part loaded from disk")
+        f = self.path / f"halo_ids_hop{k}.npy"
+        if not f.exists():
+            raise StoreError(f"{f}: missing; re-run `gnnflow partition` with --halo-hops {k} or more")
+        return _load(f)
+
+
+def _positions(ids: np.ndarray, sorted_ids: np.ndarray) -> np.ndarray:
+    """Position of each id in ``sorted_ids`` or -1."""
+    if sorted_ids.shape[0] == 0:
+        return np.full(ids.shape, -1, dtype=np.int64)
+    pos = np.searchsorted(sorted_ids, ids)
+    pos_c = np.minimum(pos, sorted_ids.shape[0] - 1)
+    found = sorted_ids[pos_c] == ids
+    return np.where(found, pos_c, -1).astype(np.int64)
+
+
+def _sorted_lookup(ids: np.ndarray, inner: np.ndarray, halo: np.ndarray) -> np.ndarray:
+    out = _positions(ids, inner)
+    miss = out < 0
+    if miss.any() and halo.shape[0]:
+        h = _positions(ids[miss], halo)
+        out[miss] = np.where(h >= 0, h + inner.shape[0], -1)
+    return out
+
+
+class PartitionBook:
+    """An opened partition book directory (see module docstring for the layout)."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+        meta_file = self.path / "meta.json"
+        if not self.path.is_dir():
+            raise StoreError(f"{self.path}: no such partition book directory (run `gnnflow partition` first)")
+        if not meta_file.exists():
+            raise StoreError(f"{meta_file}: missing; {self.path} is not a gnnflow partition book")
+        try:
+            self.meta: dict[str, Any] = json.loads(meta_file.read_text())
+        except json.JSONDecodeError as exc:
+            raise StoreError(f"{meta_file}: not valid JSON ({exc})") from None
+        if self.meta.get("format") != FORMAT:
+            raise StoreError(f"{meta_file}: format is {self.meta.get('format')!r}, expected {FORMAT!r}")
+        self.node_part: np.ndarray = _load(self.path / "node_part.npy", mmap=True)
+        if self.node_part.ndim != 1 or self.node_part.shape[0] != int(self.meta["num_nodes"]):
+            raise StoreError(f"{self.path / 'node_part.npy'}: expected {self.meta['num_nodes']} entries")
+
+    @classmethod
+    def open(cls, path: str | os.PathLike[str]) -> PartitionBook:
+        return cls(path)
+
+    @property
+    def num_parts(self) -> int:
+        return int(self.meta["num_parts"])
+
+    @property
+    def num_nodes(self) -> int:
+        return int(self.meta["num_nodes"])
+
+    @property
+    def method(self) -> str:
+        return str(self.meta["method"])
+
+    @property
+    def graph_path(self) -> Path:
+        return Path(self.meta["graph"])
+
+    @property
+    def levels(self) -> list[int] | None:
+        return self.meta.get("levels")
+
+    @property
+    def node_machine(self) -> np.ndarray | None:
+        f = self.path / "node_machine.npy"
+        return _load(f, mmap=True) if f.exists() else None
+
+    @property
+    def perm(self) -> np.ndarray | None:
+        """permute-1d: ``perm[new] = old`` vertex id (MG-GCN §5.2)."""
+        f = self.path / "perm.npy"
+        return _load(f, mmap=True) if f.exists() else None
+
+    @property
+    def quality(self) -> dict[str, Any]:
+        return self.meta.get("quality", {})
+
+    def part_dir(self, i: int) -> Path:
+        if not 0 <= i < self.num_parts:
+            raise StoreError(f"{self.path}: part {i} out of range [0, {self.num_parts})")
+        return self.path / f"part{i}"
+
+    def load_part(self, i: int, mmap_features: bool = True) -> Part:
+        """Read part ``i`` only (features memory-mapped unless ``mmap_features=False``)."""
+        d = self.part_dir(i)
+        arrays = {name: _load(d / f"{name}.npy") for name in PART_ARRAYS}
+        feat_file = d / "features.npy"
+        features = _load(feat_file, mmap=mmap_features) if feat_file.exists() else None
+        n_inner = arrays["inner_ids"].shape[0]
+        if arrays["indptr"].shape[0] != n_inner + 1:
+            raise StoreError(f"{d / 'indptr.npy'}: {arrays['indptr'].shape[0]} entries for {n_inner} inner vertices")
+        if features is not None and features.shape[0] != n_inner:
+            raise StoreError(f"{feat_file}: {features.shape[0]} rows for {n_inner} inner vertices")
+        return Part(part_id=i, features=features, path=d, **arrays)
+
+    def part_sizes(self) -> np.ndarray:
+        return np.bincount(np.asarray(self.node_part), minlength=self.num_parts)
+
+    def __repr__(self) -> str:
+        return f"PartitionBook({str(self.path)!r}, method={self.method!r}, num_parts={self.num_parts})"
+
+
+def gather_rows(indptr: np.ndarray, indices: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Sub-CSR of ``rows``: ``(sub_indptr, neighbour global ids)``, vectorized."""
+    rows = np.asarray(rows, dtype=np.int64)
+    starts = np.asarray(indptr[rows], dtype=np.int64)
+    lengths = np.asarray(indptr[rows + 1], dtype=np.int64) - starts
+    sub_indptr = np.zeros(rows.shape[0] + 1, dtype=np.int64)
+    np.cumsum(lengths, out=sub_indptr[1:])
+    total = int(sub_indptr[-1])
+    if total == 0:
+        return sub_indptr, np.zeros(0, dtype=np.int64)
+    # position -> source offset: arange(total) + (start - sub_indptr) repeated per row
+    offs = np.repeat(starts - sub_indptr[:-1], lengths)
+    offs += np.arange(total, dtype=np.int64)
+    return sub_indptr, np.asarray(indices[offs], dtype=np.int64)
+
+
+def khop_in_neighbourhood(indptr: np.ndarray, indices: np.ndarray, seeds: np.ndarray, hops: int,
+                          num_nodes: int) -> list[np.ndarray]:
+    """Vertices first reached at in-hop 1..hops from ``seeds`` (each sorted, excluding seeds)."""
+    seen = np.zeros(num_nodes, dtype=bool)
+    seen[seeds] = True
+    frontier = np.asarray(seeds, dtype=np.int64)
+    out = []
+    for _ in range(hops):
+        _, nbrs = gather_rows(indptr, indices, frontier)
+        nbrs = np.unique(nbrs)
+        new = nbrs[~seen[nbrs]]
+        seen[new] = True
+        out.append(new)
+        frontier = new
+    return out
+
+
+def write_parts(tmp: Path, store: Any, node_part: np.ndarray, num_parts: int,
+                halo_hops: int = 1, features: bool = True) -> list[dict[str, int]]:
+    """Write ``part<i>/`` directories for ``node_part`` into ``tmp``; return per-part counts.
+
+    ``store`` is a :class:`gnnflow.data.store.GraphStore`.
+    """
+    from gnnflow.io import progress
+
+    n = store.num_nodes
+    indptr, indices = store.indptr, store.indices
+    local_map = np.full(n, -1, dtype=np.int64)
+    splits = {name: np.asarray(getattr(store, name), dtype=np.int64) for name in ("train_idx", "val_idx", "test_idx")}
+    split_part = {name: node_part[ids] for name, ids in splits.items()}
+    order = np.argsort(node_part, kind="stable")  # vertices grouped by part, sorted inside
+    bounds = np.searchsorted(node_part[order], np.arange(num_parts + 1))
+    stats = []
+    for i in progress(range(num_parts), desc="writing parts", total=num_parts):
+        d = tmp / f"part{i}"
+        d.mkdir()
+        inner = np.ascontiguousarray(order[bounds[i]:bounds[i + 1]], dtype=np.int64)
+        sub_indptr, nbrs = gather_rows(indptr, indices, inner)
+        halo = np.unique(nbrs[node_part[nbrs] != i])
+        local_map[inner] = np.arange(inner.shape[0])
+        local_map[halo] = np.arange(inner.shape[0], inner.shape[0] + halo.shape[0])
+        local = local_map[nbrs]
+        local_map[inner] = -1
+        local_map[halo] = -1
+        np.save(d / "inner_ids.npy", inner)
+        np.save(d / "halo_ids.npy", halo)
+        np.save(d / "indptr.npy", sub_indptr)
+        np.save(d / "indices.npy", local)
+        del nbrs, local
+        np.save(d / "labels.npy", np.asarray(store.labels[inner], dtype=np.int64))
+        for name, ids in splits.items():
+            np.save(d / f"{name}.npy", np.sort(ids[split_part[name] == i]))
+        if features and store.features is not None:
+            _write_rows(d / "features.npy", store.features, inner)
+        if halo_hops > 1:
+            hops = khop_in_neighbourhood(indptr, indices, inner, halo_hops, n)
+            for k, ids in enumerate(hops[1:], start=2):
+                np.save(d / f"halo_ids_hop{k}.npy", ids)
+        stats.append({"inner": int(inner.shape[0]), "halo": int(halo.shape[0]),
+                      "edges": int(sub_indptr[-1])})
+    return stats
+
+
+def _write_rows(path: Path, src: np.ndarray, rows: np.ndarray, chunk: int = 1 << 16) -> None:
+    """Write ``src[rows]`` as a .npy file in chunks (bounded memory for big feature matrices)."""
+    out = np.lib.format.open_memmap(path, mode="w+", dtype=np.float32, shape=(rows.shape[0], src.shape[1]))
+    for s in range(0, rows.shape[0], chunk):
+        out[s:s + chunk] = src[rows[s:s + chunk]]
+    out.flush()
+    del out

@@ -1,0 +1,64 @@
+"""Partition book layout and the random method."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from gnnflow.errors import ConfigError, StoreError
+from gnnflow.partition.api import partition_graph
+from gnnflow.partition.book import PartitionBook
+
+
+def test_random_book_roundtrip(tiny_store, tmp_path):
+    book = partition_graph(tiny_store, "random", 3, tmp_path / "p", seed=1, halo_hops=2)
+    assert book.num_parts == 3 and book.method == "random"
+    node_part = np.asarray(book.node_part)
+    assert node_part.dtype == np.int32 and node_part.shape == (200,)
+    assert np.bincount(node_part).tolist() in ([67, 67, 66],)
+    meta = json.loads((tmp_path / "p" / "meta.json").read_text())
+    assert {"partition_s", "write_s"} <= set(meta["timings"]) and "edge_cut_pct" in meta["quality"]
+    s = tiny_store
+    seen = []
+    for i in range(3):
+        part = book.load_part(i)
+        seen.append(part.inner_ids)
+        assert np.all(np.diff(part.inner_ids) > 0) and np.all(node_part[part.inner_ids] == i)
+        assert np.all(node_part[part.halo_ids] != i)
+        # local CSR reproduces the global in-neighbour lists of inner vertices
+        for r, v in enumerate(part.inner_ids[:20]):
+            glob = part.local_to_global[part.indices[part.indptr[r]:part.indptr[r + 1]]]
+            assert glob.tolist() == s.indices[s.indptr[v]:s.indptr[v + 1]].tolist()
+        assert isinstance(part.features, np.memmap)
+        np.testing.assert_array_equal(part.features, s.features[part.inner_ids])
+        np.testing.assert_array_equal(part.labels, s.labels[part.inner_ids])
+        np.testing.assert_array_equal(part.train_idx, np.intersect1d(s.train_idx, part.inner_ids))
+        # id maps
+        lid = part.global_to_local(part.local_to_global)
+        np.testing.assert_array_equal(lid, np.arange(part.num_local))
+        absent = np.setdiff1d(np.arange(200), part.local_to_global)
+        assert np.all(part.global_to_local(absent) == -1)
+        hop2 = part.khop_halo(2)
+        assert np.intersect1d(hop2, part.local_to_global).size == 0
+    np.testing.assert_array_equal(np.sort(np.concatenate(seen)), np.arange(200))
+
+
+def test_bad_parts_no_output(tiny_store, tmp_path):
+    for p in (0, -1, 201):
+        with pytest.raises(ConfigError, match="--parts"):
+            partition_graph(tiny_store, "random", p, tmp_path / "x")
+    with pytest.raises(ConfigError, match="unknown partition method"):
+        partition_graph(tiny_store, "nope", 2, tmp_path / "x")
+    assert not (tmp_path / "x").exists()
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".x")]
+
+
+def test_bad_graph_dir(tmp_path):
+    (tmp_path / "g").mkdir()
+    with pytest.raises(StoreError, match="meta.json"):
+        partition_graph(tmp_path / "g", "random", 2, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+    with pytest.raises(StoreError):
+        PartitionBook.open(tmp_path / "g")
