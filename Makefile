@@ -1,0 +1,21 @@
+# The two commands of the README.  Everything else is `gnnflow ...` or `snakemake ...`.
+.PHONY: run test lint clean
+
+export DGLBACKEND := pytorch
+export OUTDATED_IGNORE := 1
+
+# Install, then run the default workflow end to end on the embedded synthetic dataset.
+run:
+	scripts/setup-env.sh
+	.venv/bin/snakemake --profile profiles/default
+
+# Install (with test tools) if needed, then run the test suite.
+test:
+	scripts/setup-env.sh --test
+	.venv/bin/python -m pytest -q $(PYTEST_ARGS)
+
+lint:
+	.venv/bin/ruff check src tests
+
+clean:
+	rm -rf results .snakemake

@@ -1,0 +1,112 @@
+# Config validation and the small functions that turn config into target paths.
+import json
+import os
+
+from gnnflow.workflow import cli_options, expand_runs, validate_config
+
+os.environ.setdefault("DGLBACKEND", "pytorch")
+os.environ.setdefault("OUTDATED_IGNORE", "1")
+
+config = validate_config(config)
+R = config.get("results", "results")
+RUNS = {run.name: run for run in expand_runs(config)}
+DATASETS = config["datasets"]
+PARTITIONS = config.get("partitions", {})
+BENCHMARKS = {b["name"]: b for b in config.get("benchmarks", [])}
+FIGURES = {f["name"]: f for f in config.get("figures", [])}
+PRESAMPLED = {"node", "presample"}
+
+wildcard_constraints:
+    dataset="[A-Za-z0-9_.-]+",
+    partition="[A-Za-z0-9_.-]+",
+    run="[A-Za-z0-9_.-]+",
+    bench="[A-Za-z0-9_.-]+",
+    figure="[A-Za-z0-9_.-]+",
+
+
+def graph_dir(dataset):
+    """The graph store every later stage reads (homogenized when the dataset asks)."""
+    stage = "homogeneous" if DATASETS[dataset].get("homogenize") else "graph"
+    return f"{R}/data/{dataset}/{stage}"
+
+
+def prepare_args(wildcards):
+    spec = DATASETS[wildcards.dataset]
+    args = [spec["source"]]
+    if spec.get("name"):
+        args.append(f"--name {spec['name']}")
+    if spec.get("raw_dir"):
+        args.append(f"--raw-dir {spec['raw_dir']}")
+    args.append(cli_options(spec.get("options")))
+    return " ".join(a for a in args if a)
+
+
+def partition_inputs(wildcards):
+    spec = PARTITIONS[wildcards.partition]
+    inputs = {"graph": graph_dir(wildcards.dataset)}
+    if spec["method"] in PRESAMPLED:
+        inputs["presample"] = f"{R}/data/{wildcards.dataset}/presample.npz"
+    return inputs
+
+
+def partition_args(wildcards, input):
+    spec = PARTITIONS[wildcards.partition]
+    args = [f"--method {spec['method']}", f"--parts {spec['parts']}"]
+    if spec.get("levels"):
+        args.append(f"--levels {spec['levels']}")
+    if "presample" in input.keys():
+        args.append(f"--presample {input.presample}")
+    args.append(cli_options(spec.get("options")))
+    return " ".join(a for a in args if a)
+
+
+def presample_args(wildcards):
+    spec = config.get("presample", {})
+    args = []
+    if "fanouts" in spec:
+        args.append("--fanouts " + ",".join(map(str, spec["fanouts"])))
+    if "batch_size" in spec:
+        args.append(f"--batch-size {spec['batch_size']}")
+    if "epochs" in spec:
+        args.append(f"--epochs {spec['epochs']}")
+    return " ".join(args)
+
+
+def train_inputs(wildcards):
+    run = RUNS[wildcards.run]
+    inputs = {"graph": graph_dir(run.dataset)}
+    if run.partition:
+        inputs["partition"] = f"{R}/data/{run.dataset}/partitions/{run.partition}"
+    return inputs
+
+
+def launch_prefix(wildcards, resources):
+    """srun inside a SLURM job (resource mpi set by the cluster profile), local launcher otherwise."""
+    mpi = resources.get("mpi", "") if hasattr(resources, "get") else getattr(resources, "mpi", "")
+    if mpi:
+        return f"{mpi} --ntasks={resources.tasks} --kill-on-bad-exit=1"
+    return ""
+
+
+def run_records(runs=None):
+    names = runs if runs is not None else list(RUNS)
+    return [f"{R}/runs/{name}/records.jsonl" for name in names]
+
+
+def figure_runs(wildcards):
+    spec = FIGURES[wildcards.figure]
+    sweeps = spec.get("sweeps")
+    return run_records([n for n, r in RUNS.items() if not sweeps or r.sweep in sweeps])
+
+
+def partition_reports():
+    used = sorted({(r.dataset, r.partition) for r in RUNS.values() if r.partition})
+    return [f"{R}/data/{d}/partitions/{p}.report.json" for d, p in used]
+
+
+def all_targets():
+    targets = [f"{R}/table.parquet", f"{R}/summary.csv"]
+    targets += [f"{R}/figures/{name}.png" for name in FIGURES]
+    targets += [f"{R}/bench/{name}.json" for name in BENCHMARKS]
+    targets += partition_reports()
+    return targets

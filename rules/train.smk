@@ -1,0 +1,27 @@
+# Training: one job per run of the config's sweeps (strategy x dataset x model x
+# workers x parameters).  Ranks start with srun inside a SLURM job (the cluster
+# profile sets resource mpi="srun") and with gnnflow's local launcher otherwise.
+
+
+rule train:
+    input:
+        unpack(train_inputs),
+    output:
+        f"{R}/runs/{{run}}/records.jsonl",
+    log:
+        f"{R}/logs/train/{{run}}.log",
+    params:
+        args=lambda w: RUNS[w.run].train_args(),
+        partition=lambda w, input: f"--partition {input.partition}" if "partition" in input.keys() else "",
+        launch=launch_prefix,
+        out=lambda w: f"{R}/runs/{w.run}",
+    threads: lambda w: RUNS[w.run].workers
+    resources:
+        tasks=lambda w: RUNS[w.run].workers,
+        mem_mb=lambda w: 4000 * RUNS[w.run].workers,
+        runtime=60,
+    conda:
+        "../envs/gnnflow.yaml"
+    shell:
+        "{params.launch} gnnflow train --graph {input.graph} {params.partition} {params.args} "
+        "--out {params.out} > {log} 2>&1"

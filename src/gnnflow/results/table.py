@@ -1,0 +1,122 @@
+"""The tidy results table: one row per run x epoch x rank.
+
+Built from run directories (``records.jsonl`` written by the training driver and
+``run.json`` with the run's configuration).  Configuration columns are prefixed
+``cfg_`` (``cfg_partition``, ``cfg_fanouts``, ``cfg_opt_<option>``) so sweeps
+over any setting can be grouped without parsing run names.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from gnnflow.errors import GnnflowError
+from gnnflow.results.schema import read_records
+
+CONFIG_KEYS = ("partition", "fanouts", "batch_size", "hidden", "num_layers", "epochs", "lr", "heads", "dropout")
+
+
+def _config_columns(run_dir: Path) -> dict[str, Any]:
+    run_json = run_dir / "run.json"
+    if not run_json.exists():
+        return {}
+    info = json.loads(run_json.read_text())
+    cfg = info.get("config", info)
+    cols: dict[str, Any] = {}
+    for key in CONFIG_KEYS:
+        if key in cfg:
+            value = cfg[key]
+            if key == "partition" and value:
+                value = Path(value).name
+            if isinstance(value, list):
+                value = ",".join(map(str, value))
+            cols[f"cfg_{key}"] = value
+    for key, value in (cfg.get("options") or {}).items():
+        cols[f"cfg_opt_{key}"] = value if isinstance(value, (int, float, str, bool)) else json.dumps(value)
+    return cols
+
+
+def load_runs(run_dirs: list[str | Path]) -> pd.DataFrame:
+    """Read every run directory into one table; a directory without records is an error."""
+    frames = []
+    for d in run_dirs:
+        d = Path(d)
+        rec = d / "records.jsonl" if d.is_dir() else d
+        if not rec.exists():
+            raise GnnflowError(f"{rec}: no run records here (did the training run finish?)")
+        frame = read_records([rec])
+        for key, value in _config_columns(rec.parent).items():
+            frame[key] = value
+        frame["run_dir"] = str(rec.parent)
+        frames.append(frame)
+    if not frames:
+        raise GnnflowError("no run directories given")
+    return pd.concat(frames, ignore_index=True, sort=False)
+
+
+def save_table(table: pd.DataFrame, out: str | Path) -> list[Path]:
+    """Write ``out`` as parquet and the same table as CSV beside it (atomically)."""
+    from gnnflow.io import atomic_file
+
+    out = Path(out)
+    written = []
+    with atomic_file(out.with_suffix(".parquet")) as tmp:
+        table.to_parquet(tmp, index=False)
+    written.append(out.with_suffix(".parquet"))
+    with atomic_file(out.with_suffix(".csv")) as tmp:
+        table.to_csv(tmp, index=False)
+    written.append(out.with_suffix(".csv"))
+    return written
+
+
+def read_table(path: str | Path) -> pd.DataFrame:
+    path = Path(path)
+    if not path.exists():
+        raise GnnflowError(f"{path}: no such results table (run `gnnflow results aggregate` first)")
+    if path.suffix == ".csv":
+        return pd.read_csv(path)
+    return pd.read_parquet(path)
+
+
+def per_run_epoch(table: pd.DataFrame) -> pd.DataFrame:
+    """Collapse ranks: the slowest rank's time and the summed counters per run and epoch."""
+    keys = [c for c in ("run_id", "strategy", "dataset", "model", "workers", "epoch") if c in table]
+    time_cols = [c for c in table if c.startswith("time_")]
+    acc_cols = [c for c in ("loss", "train_acc", "val_acc", "test_acc") if c in table]
+    numeric = table.select_dtypes("number").columns
+    count_cols = [c for c in numeric if c not in time_cols + acc_cols + keys + ["rank", "seed"]]
+    agg: dict[str, str] = {c: "max" for c in time_cols}
+    agg.update({c: "mean" for c in acc_cols})
+    agg.update({c: "sum" for c in count_cols})
+    cfg_cols = [c for c in table if c.startswith("cfg_")]
+    agg.update({c: "first" for c in cfg_cols})
+    return table.groupby(keys, dropna=False).agg(agg).reset_index()
+
+
+def summarize(table: pd.DataFrame) -> pd.DataFrame:
+    """Per run: final accuracies, median epoch time (slowest rank), totals per epoch."""
+    per_epoch = per_run_epoch(table)
+    rows = []
+    for run_id, g in per_epoch.groupby("run_id", sort=False):
+        g = g.sort_values("epoch")
+        last = g.iloc[-1]
+        row = {
+            "run_id": run_id,
+            "strategy": last.get("strategy"),
+            "dataset": last.get("dataset"),
+            "model": last.get("model"),
+            "workers": int(last.get("workers", 1)),
+            "epochs": int(g["epoch"].max()) + 1 if "epoch" in g else len(g),
+            "test_acc": float(last.get("test_acc", float("nan"))),
+            "val_acc": float(last.get("val_acc", float("nan"))),
+            "epoch_time_s": float(g["time_epoch"].median()) if "time_epoch" in g else float("nan"),
+        }
+        for c in ("sampled_edges", "features_loaded", "remote_bytes", "bytes_sent"):
+            if c in g:
+                row[f"{c}_per_epoch"] = float(g[c].mean())
+        rows.append(row)
+    return pd.DataFrame(rows).sort_values(["dataset", "strategy", "workers"], kind="stable")
