@@ -14,6 +14,7 @@ process code paths need no special case.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -62,14 +63,19 @@ class CommStats:
         self.calls = 0
 
 
-def exchange_counts(counts: list[int] | torch.Tensor) -> list[int]:
-    """Send ``counts[p]`` to rank p; return what every peer sent to this rank."""
+def exchange_counts(counts: list[int] | torch.Tensor, group: Any = None) -> list[int]:
+    """Send ``counts[p]`` to rank p; return what every peer sent to this rank.
+
+    ``group``: a process group spanning all ranks (e.g. from ``dist.new_group``)
+    so a background thread's collectives never interleave with the training
+    thread's (see ``gnnflow.dist.pipeline``); None = the default group.
+    """
     _, size = world()
     send = torch.as_tensor(counts, dtype=torch.int64).reshape(size)
     if size == 1:
         return send.tolist()
     recv = torch.empty_like(send)
-    dist.all_to_all_single(recv, send)
+    dist.all_to_all_single(recv, send, group=group)
     return recv.tolist()
 
 
@@ -77,11 +83,13 @@ def alltoallv(
     send: list[torch.Tensor],
     stats: CommStats | None = None,
     recv_counts: list[int] | None = None,
+    group: Any = None,
 ) -> list[torch.Tensor]:
     """Send ``send[p]`` (rows) to rank p; return the list of rows received from each peer.
 
     All tensors share dtype and trailing shape.  ``recv_counts`` skips the count
     exchange when the caller already knows it (e.g. a precomputed shuffle index).
+    ``group`` as in :func:`exchange_counts` (a group over all ranks, same rank order).
     """
     rank, size = world()
     if size == 1:
@@ -90,12 +98,13 @@ def alltoallv(
         raise ValueError(f"alltoallv needs one tensor per rank ({size}), got {len(send)}")
     send_counts = [int(t.shape[0]) for t in send]
     if recv_counts is None:
-        recv_counts = exchange_counts(send_counts)
+        recv_counts = exchange_counts(send_counts, group)
     ref = send[0]
     tail = tuple(ref.shape[1:])
     flat_send = torch.cat([t.reshape(t.shape[0], *tail) for t in send], 0).contiguous()
     recv = torch.empty((sum(recv_counts), *tail), dtype=ref.dtype, device=ref.device)
-    dist.all_to_all_single(recv, flat_send, output_split_sizes=recv_counts, input_split_sizes=send_counts)
+    dist.all_to_all_single(recv, flat_send, output_split_sizes=recv_counts, input_split_sizes=send_counts,
+                           group=group)
     if stats is not None:
         row_bytes = ref.element_size() * (int(torch.tensor(tail).prod().item()) if tail else 1)
         stats.add([c * row_bytes for c in send_counts], [c * row_bytes for c in recv_counts])
