@@ -1,0 +1,100 @@
+"""Blocks: one layer of a sampled computation graph (GSplit §5, DistDGLv2 §3.2).
+
+A block is the bipartite graph ``dst <- src`` that one GNN layer aggregates
+over.  As in DGL, the source vertices list the destinations first
+(``src_ids[:num_dst] == dst_ids``), so a layer reads its own vertex's
+previous representation as ``h_src[:num_dst]``.  Edges are stored in CSR over
+destinations: the sources of destination ``i`` are
+``src_ids[indices[indptr[i]:indptr[i+1]]]`` (``indices`` are *local* positions
+into ``src_ids``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+
+import numpy as np
+import torch
+
+
+def as_long_tensor(x: np.ndarray | torch.Tensor) -> torch.Tensor:
+    """``x`` as an int64 tensor, sharing memory where possible (read-only arrays are copied)."""
+    if isinstance(x, torch.Tensor):
+        return x.long()
+    arr = np.asarray(x)
+    if arr.dtype != np.int64:
+        arr = arr.astype(np.int64)
+    if not arr.flags.writeable:
+        arr = np.array(arr)
+    return torch.from_numpy(arr)
+
+
+@dataclass
+class Block:
+    """One sampled layer: ``dst_ids <- src_ids`` with CSR edges over destinations.
+
+    ``src_deg`` / ``dst_deg`` optionally carry degrees taken from the whole
+    graph (float); :class:`gnnflow.nn.GCNConv` uses them for its normalisation
+    when present and the block's own degrees otherwise.
+    """
+
+    dst_ids: torch.Tensor
+    src_ids: torch.Tensor
+    indptr: torch.Tensor
+    indices: torch.Tensor
+    src_deg: torch.Tensor | None = None
+    dst_deg: torch.Tensor | None = None
+    _edge_dst: torch.Tensor | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def num_dst(self) -> int:
+        return int(self.dst_ids.shape[0])
+
+    @property
+    def num_src(self) -> int:
+        return int(self.src_ids.shape[0])
+
+    @property
+    def num_edges(self) -> int:
+        return int(self.indices.shape[0])
+
+    @property
+    def device(self) -> torch.device:
+        return self.indices.device
+
+    def in_degrees(self) -> torch.Tensor:
+        """In-degree of each destination within the block (int64 [num_dst])."""
+        return self.indptr[1:] - self.indptr[:-1]
+
+    def out_degrees(self) -> torch.Tensor:
+        """Out-degree of each source within the block (int64 [num_src])."""
+        return torch.bincount(self.indices, minlength=self.num_src)
+
+    def edge_dst(self) -> torch.Tensor:
+        """Local destination of every edge (CSR row index expanded), cached."""
+        if self._edge_dst is None:
+            self._edge_dst = torch.repeat_interleave(
+                torch.arange(self.num_dst, device=self.device), self.in_degrees(), output_size=self.num_edges
+            )
+        return self._edge_dst
+
+    def to(self, device: torch.device | str) -> Block:
+        """A copy with every tensor on ``device`` (self when already there)."""
+        device = torch.device(device)
+        if self.indices.device == device:
+            return self
+        moved = {
+            f.name: (getattr(self, f.name).to(device) if getattr(self, f.name) is not None else None)
+            for f in fields(self)
+        }
+        return Block(**moved)
+
+    @classmethod
+    def full_graph(cls, indptr: np.ndarray | torch.Tensor, indices: np.ndarray | torch.Tensor) -> Block:
+        """The whole graph as one block: ``dst = src = all vertices`` (full-batch training)."""
+        indptr_t = as_long_tensor(indptr)
+        ids = torch.arange(indptr_t.shape[0] - 1, dtype=torch.int64)
+        return cls(dst_ids=ids, src_ids=ids, indptr=indptr_t, indices=as_long_tensor(indices))
+
+    def __repr__(self) -> str:
+        return f"Block(num_dst={self.num_dst}, num_src={self.num_src}, num_edges={self.num_edges})"

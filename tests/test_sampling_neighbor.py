@@ -1,0 +1,134 @@
+"""Layer-wise neighbour sampler: fanout, no duplicates, seeding, full mode, uniformity."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from conftest import random_store_arrays
+from scipy import stats
+
+from gnnflow.errors import ConfigError
+from gnnflow.sampling import Block, NeighborSampler, csr_sample_neighbors
+from gnnflow.sampling.neighbor import _Relabeler
+
+
+@pytest.fixture(scope="module")
+def graph():
+    a = random_store_arrays(num_nodes=400, avg_degree=12, seed=3)
+    return a["indptr"], a["indices"]
+
+
+def _neighbors(indptr, indices, v):
+    return set(indices[indptr[v] : indptr[v + 1]].tolist())
+
+
+def _check_block(block: Block, indptr, indices, fanout):
+    n_dst = block.num_dst
+    assert torch.equal(block.src_ids[:n_dst], block.dst_ids)
+    assert block.src_ids.unique().numel() == block.num_src
+    assert block.indptr.shape[0] == n_dst + 1 and int(block.indptr[-1]) == block.num_edges
+    assert int(block.indices.min()) >= 0 and int(block.indices.max()) < block.num_src
+    # every source is used by some edge or is a destination
+    used = torch.zeros(block.num_src, dtype=torch.bool)
+    used[block.indices] = True
+    used[:n_dst] = True
+    assert bool(used.all())
+    for i in range(n_dst):
+        v = int(block.dst_ids[i])
+        nbrs = block.src_ids[block.indices[block.indptr[i] : block.indptr[i + 1]]].tolist()
+        true = _neighbors(indptr, indices, v)
+        deg = len(true)
+        want = deg if fanout == -1 else min(deg, fanout)
+        assert len(nbrs) == want, "fanout not respected"
+        assert len(set(nbrs)) == len(nbrs), "duplicate neighbour"
+        assert set(nbrs) <= true, "sampled a non-neighbour"
+        if fanout == -1 or deg <= fanout:
+            assert set(nbrs) == true, "full neighbourhood not exact"
+
+
+@pytest.mark.parametrize("fanout", [1, 3, 5, 100, -1])
+def test_sample_layer_fanout_and_validity(graph, fanout):
+    indptr, indices = graph
+    sampler = NeighborSampler(indptr, indices, [fanout], seed=1)
+    targets = torch.tensor([0, 5, 17, 3, 399, 200])
+    block, frontier = sampler.sample_layer(targets, fanout)
+    assert torch.equal(block.dst_ids, targets)
+    assert torch.equal(frontier, block.src_ids)
+    _check_block(block, indptr, indices, fanout)
+
+
+def test_sample_blocks_order_and_reproducible(graph):
+    indptr, indices = graph
+    targets = torch.arange(0, 400, 7)
+    a = NeighborSampler(indptr, indices, [4, 3, 2], seed=11).sample_blocks(targets)
+    b = NeighborSampler(indptr, indices, [4, 3, 2], seed=11).sample_blocks(targets)
+    c = NeighborSampler(indptr, indices, [4, 3, 2], seed=12).sample_blocks(targets)
+    assert len(a) == 3
+    assert torch.equal(a[-1].dst_ids, targets)
+    for lo, hi in zip(a[:-1], a[1:], strict=True):
+        assert torch.equal(lo.dst_ids, hi.src_ids)
+    for blk, fanout in zip(a, [4, 3, 2], strict=True):
+        _check_block(blk, indptr, indices, fanout)
+    for x, y in zip(a, b, strict=True):
+        assert torch.equal(x.src_ids, y.src_ids) and torch.equal(x.indices, y.indices)
+        assert torch.equal(x.indptr, y.indptr)
+    assert any(not torch.equal(x.src_ids, y.src_ids) for x, y in zip(a, c, strict=True))
+
+
+def test_relabel_paths_agree():
+    rng = np.random.default_rng(0)
+    dst = rng.permutation(1000)[:50].astype(np.int64)
+    src = rng.integers(0, 1000, 400).astype(np.int64)
+    bitmap = _Relabeler(1000)._bitmap(dst, src)
+    sort = _Relabeler._sorted(dst, src)
+    for x, y in zip(bitmap, sort, strict=True):
+        np.testing.assert_array_equal(x, y)
+    src_ids, local = sort
+    np.testing.assert_array_equal(src_ids[:50], dst)
+    np.testing.assert_array_equal(src_ids[local], src)
+
+
+def test_neighbour_frequencies_uniform():
+    # star: vertex 0 has in-neighbours 1..12
+    deg, fanout, trials = 12, 4, 6000
+    indptr = np.array([0, deg] + [deg] * deg, dtype=np.int64)
+    indices = np.arange(1, deg + 1, dtype=np.int64)
+    seeds = np.zeros(trials, dtype=np.int64)  # repeated seed rows are independent draws
+    dst_pos, src = csr_sample_neighbors(indptr, indices, seeds, fanout, np.random.default_rng(5))
+    assert src.numel() == trials * fanout
+    assert torch.equal(torch.bincount(dst_pos), torch.full((trials,), fanout))
+    per_row = src.view(trials, fanout)
+    assert bool((per_row.sort(1).values.diff(dim=1) > 0).all()), "duplicate within a row"
+    counts = torch.bincount(src, minlength=deg + 1)[1:].numpy()
+    assert stats.chisquare(counts).pvalue > 1e-3
+    # pairs are uniform too (Floyd's algorithm is uniform over k-subsets, not just marginals)
+    pair = np.zeros((deg, deg))
+    p = per_row.numpy() - 1
+    for i in range(fanout):
+        for j in range(i + 1, fanout):
+            np.add.at(pair, (p[:, i], p[:, j]), 1)
+    upper = pair[np.triu_indices(deg, 1)]
+    assert stats.chisquare(upper).pvalue > 1e-3
+
+
+def test_csr_sample_neighbors_full(graph):
+    indptr, indices = graph
+    seeds = torch.tensor([4, 9, 9])
+    dst_pos, src = csr_sample_neighbors(torch.from_numpy(indptr), torch.from_numpy(indices), seeds, -1)
+    for i, v in enumerate(seeds.tolist()):
+        assert sorted(src[dst_pos == i].tolist()) == sorted(indices[indptr[v] : indptr[v + 1]].tolist())
+
+
+def test_full_graph_block_and_to(graph):
+    indptr, indices = graph
+    b = Block.full_graph(indptr, indices)
+    assert b.num_dst == b.num_src == 400 and b.num_edges == indices.shape[0]
+    assert torch.equal(b.in_degrees(), torch.from_numpy(np.diff(indptr)))
+    assert torch.equal(b.edge_dst(), torch.repeat_interleave(torch.arange(400), b.in_degrees()))
+    assert b.to("cpu") is b
+
+
+def test_bad_fanouts_rejected(graph):
+    with pytest.raises(ConfigError, match="fanouts"):
+        NeighborSampler(*graph, [5, 0])
