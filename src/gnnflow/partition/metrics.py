@@ -119,3 +119,37 @@ def quality(store: Any, node_part: np.ndarray, num_parts: int, constraints: list
         q.setdefault("replication_factor", {})[str(k)] = replication_factor(
             store.indptr, store.indices, node_part, num_parts, k)
     return q
+
+
+def sampled_split_metrics(store: Any, node_part: np.ndarray, fanouts: list[int], batch_size: int,
+                          num_batches: int = 20, seed: int = 1) -> dict[str, Any]:
+    """GSplit Fig. 5 measured: sample ``num_batches`` training mini-batches, split each by ``node_part``.
+
+    Returns the mean cross-split edge fraction, the mean and max (over batches) of
+    the per-batch worst-layer load imbalance, and per-layer means.  The seed
+    differs from presampling's default so the presampled batches are not reused.
+    """
+    from gnnflow.partition.presample import training_batches
+    from gnnflow.sampling import NeighborSampler
+
+    node_part = np.asarray(node_part)
+    num_parts = int(node_part.max()) + 1
+    sampler = NeighborSampler(np.asarray(store.indptr), np.asarray(store.indices), fanouts, seed=seed)
+    rng = np.random.default_rng(seed)
+    train = np.asarray(store.train_idx)
+    batches: list[np.ndarray] = []
+    while len(batches) < num_batches:
+        batches += [b for b in training_batches(train, batch_size, rng) if b.shape[0] == min(batch_size, train.shape[0])]
+    per = [split_metrics(sampler.sample_blocks(t), node_part, num_parts) for t in batches[:num_batches]]
+    imb = np.array([m["load_imbalance"] for m in per])  # [batches, layers]
+    cross = np.array([m["cross_fraction_total"] for m in per])
+    return {
+        "num_batches": num_batches,
+        "fanouts": list(fanouts),
+        "batch_size": batch_size,
+        "cross_fraction_mean": float(cross.mean()),
+        "load_imbalance_mean": float(imb.max(axis=1).mean()),
+        "load_imbalance_max": float(imb.max()),
+        "load_imbalance_per_layer_mean": imb.mean(axis=0).tolist(),
+        "cross_fraction_per_layer_mean": np.array([m["cross_fraction"] for m in per]).mean(axis=0).tolist(),
+    }
