@@ -81,7 +81,7 @@ def _check(num_nodes: int, avg_degree: float, feature_dim: int, num_classes: int
         raise ConfigError(f"--power-law-exponent must be > 2, got {power_law_exponent}")
 
 
-class _EndpointSampler:
+class EndpointSampler:
     """Draws vertices proportional to weight, globally or within one class."""
 
     def __init__(self, weights: np.ndarray, labels: np.ndarray, num_classes: int) -> None:
@@ -122,7 +122,7 @@ def _pair_keys(u: np.ndarray, v: np.ndarray, n: np.int64) -> np.ndarray:
     return keys
 
 
-def _sample_pairs(rng: np.random.Generator, sampler: _EndpointSampler, num_nodes: int,
+def _sample_pairs(rng: np.random.Generator, sampler: EndpointSampler, num_nodes: int,
                   num_pairs: int, homophily: float) -> np.ndarray:
     """Exactly ``num_pairs`` distinct undirected pair keys (sorted)."""
     n = np.int64(num_nodes)
@@ -206,7 +206,7 @@ def generate_synthetic(
     # the expected number of duplicate pairs small (Chung-Lu condition w_max^2 <= sum w).
     weights = (1.0 - rng.random(num_nodes)) ** (-1.0 / (power_law_exponent - 1.0))
     weights = np.minimum(weights, np.sqrt(weights.sum()) * 2.0)
-    sampler = _EndpointSampler(weights, labels, num_classes)
+    sampler = EndpointSampler(weights, labels, num_classes)
     pair_keys = _sample_pairs(rng, sampler, num_nodes, num_pairs, homophily)
     del sampler, weights
 
