@@ -20,10 +20,10 @@ import torch
 import torch.distributed as dist
 
 
-def world() -> tuple[int, int]:
-    """(rank, world_size); (0, 1) when no process group is initialised."""
+def world(group: Any = None) -> tuple[int, int]:
+    """(rank, world_size) in ``group`` (None = the default group); (0, 1) when no process group is initialised."""
     if dist.is_available() and dist.is_initialized():
-        return dist.get_rank(), dist.get_world_size()
+        return dist.get_rank(group), dist.get_world_size(group)
     return 0, 1
 
 
@@ -68,9 +68,11 @@ def exchange_counts(counts: list[int] | torch.Tensor, group: Any = None) -> list
 
     ``group``: a process group spanning all ranks (e.g. from ``dist.new_group``)
     so a background thread's collectives never interleave with the training
-    thread's (see ``gnnflow.dist.pipeline``); None = the default group.
+    thread's (see ``gnnflow.dist.pipeline``), or a sub-group of ranks (split
+    groups, GSplit §6.4; ``counts`` then has one entry per group rank); None =
+    the default group.
     """
-    _, size = world()
+    _, size = world(group)
     send = torch.as_tensor(counts, dtype=torch.int64).reshape(size)
     if size == 1:
         return send.tolist()
@@ -91,7 +93,7 @@ def alltoallv(
     exchange when the caller already knows it (e.g. a precomputed shuffle index).
     ``group`` as in :func:`exchange_counts` (a group over all ranks, same rank order).
     """
-    rank, size = world()
+    rank, size = world(group)
     if size == 1:
         return list(send)
     if len(send) != size:
@@ -121,28 +123,30 @@ class AllToAllRows(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x: torch.Tensor, send_index: list[torch.Tensor], recv_counts: list[int],
-                stats: CommStats | None) -> torch.Tensor:  # type: ignore[override]
+                stats: CommStats | None, group: Any = None) -> torch.Tensor:  # type: ignore[override]
         ctx.send_index = send_index
         ctx.recv_counts = recv_counts
         ctx.num_rows = x.shape[0]
         ctx.stats = stats
-        parts = alltoallv([x[idx] for idx in send_index], stats, recv_counts)
+        ctx.group = group
+        parts = alltoallv([x[idx] for idx in send_index], stats, recv_counts, group)
         return torch.cat(parts, 0)
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):  # type: ignore[override]
         send_counts = [int(i.numel()) for i in ctx.send_index]
-        back = alltoallv(list(torch.split(grad.contiguous(), ctx.recv_counts, 0)), ctx.stats, send_counts)
+        back = alltoallv(list(torch.split(grad.contiguous(), ctx.recv_counts, 0)), ctx.stats, send_counts,
+                         ctx.group)
         gx = grad.new_zeros((ctx.num_rows, *grad.shape[1:]))
         for idx, g in zip(ctx.send_index, back, strict=True):
             gx.index_add_(0, idx, g)
-        return gx, None, None, None
+        return gx, None, None, None, None
 
 
 def all_to_all_rows(x: torch.Tensor, send_index: list[torch.Tensor], recv_counts: list[int],
-                    stats: CommStats | None = None) -> torch.Tensor:
-    """Differentiable row exchange; see :class:`AllToAllRows`."""
-    return AllToAllRows.apply(x, send_index, recv_counts, stats)
+                    stats: CommStats | None = None, group: Any = None) -> torch.Tensor:
+    """Differentiable row exchange; see :class:`AllToAllRows` (``group``: as in :func:`alltoallv`)."""
+    return AllToAllRows.apply(x, send_index, recv_counts, stats, group)
 
 
 def all_reduce_gradients(module: torch.nn.Module, average: bool = True) -> None:
