@@ -7,7 +7,10 @@ unreadable edge list each raise :class:`GnnflowError` naming the file.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -112,3 +115,32 @@ def _has_header(path: Path) -> bool:
     except (OSError, EOFError, UnicodeDecodeError) as exc:
         raise GnnflowError(f"{path}: cannot read ({exc})") from None
     return False
+
+
+@contextlib.contextmanager
+def scratch_npy(out: str | os.PathLike[str], tag: str) -> Iterator[Path]:
+    """A temporary ``.npy`` path next to ``out`` (same file system, so ``write_store``
+    can move it in by rename); removed on exit if still there."""
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fd, name = tempfile.mkstemp(prefix=f".{out.name}.{tag}-", suffix=".npy", dir=out.parent)
+    os.close(fd)
+    path = Path(name)
+    try:
+        yield path
+    finally:
+        path.unlink(missing_ok=True)
+
+
+def write_random_features(path: Path, num_nodes: int, dim: int, rng: np.random.Generator,
+                          chunk_rows: int = 1 << 16) -> Path:
+    """Standard-normal float32 features written chunk by chunk to a ``.npy`` file."""
+    from gnnflow.io import progress
+
+    mm = np.lib.format.open_memmap(path, mode="w+", dtype=np.float32, shape=(num_nodes, dim))
+    for start in progress(range(0, num_nodes, chunk_rows), desc="random features"):
+        stop = min(num_nodes, start + chunk_rows)
+        mm[start:stop] = rng.standard_normal((stop - start, dim), dtype=np.float32)
+    mm.flush()
+    del mm
+    return path

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from gnnflow.data.synthetic import DEFAULTS
+from gnnflow.errors import GnnflowError
 
 _OGB_ALIASES = ("ogbn-arxiv", "ogbn-products", "ogbn-papers100M", "ogbn-mag")
 _PLANETOID_ALIASES = ("cora", "citeseer", "pubmed")
@@ -136,6 +137,9 @@ def main(args: argparse.Namespace) -> int:
 def prepare(args: argparse.Namespace) -> Any:
     """Dispatch on ``args.source``; return the opened store."""
     src = args.source
+    if Path(args.out).exists() and not args.overwrite:
+        # Fail before a long download or conversion, not after it.
+        raise GnnflowError(f"{args.out} already exists; remove it or pass --overwrite")
     common = {"overwrite": args.overwrite, "name": args.name}
     if src == "synthetic":
         from gnnflow.data.synthetic import prepare_synthetic

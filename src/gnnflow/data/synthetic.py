@@ -26,12 +26,12 @@ This graph plays the role that ogbn-products/papers100M play in the papers
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from gnnflow.data.arrays import scratch_npy
 from gnnflow.data.csr import csr_from_keys
 from gnnflow.data.store import GraphStore, write_store
 from gnnflow.errors import ConfigError
@@ -277,16 +277,9 @@ def prepare_synthetic(
     **kwargs: Any,
 ) -> GraphStore:
     """Generate a synthetic graph and write it as a graph store at ``out`` (atomically)."""
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{out.name}.features-", suffix=".npy", dir=out.parent)
-    os.close(fd)
-    tmp = Path(tmp_name)
-    try:
+    with scratch_npy(out, "features") as tmp:
         data = generate_synthetic(num_nodes, avg_degree, feature_dim, num_classes, homophily,
                                   train_frac, seed, features_out=tmp, **kwargs)
         if name:
             data["name"] = name
         return write_store(out, overwrite=overwrite, **data)
-    finally:
-        tmp.unlink(missing_ok=True)

@@ -1,0 +1,257 @@
+"""OGB node-property datasets (ogbn-arxiv, -products, -papers100M, -mag) to graph stores.
+
+Reads OGB's own raw layout with the ``ogb`` package's readers
+(:mod:`ogb.io.read_graph_raw`) and its dataset table (``ogb/nodeproppred/master.csv``),
+without building DGL or PyG graph objects::
+
+    <root>/raw/edge.csv.gz, num-node-list.csv.gz, num-edge-list.csv.gz,
+               node-feat.csv.gz, node-label.csv.gz, node_year.csv.gz     (csv datasets)
+    <root>/raw/data.npz, node-label.npz                                  (binary: papers100M)
+    <root>/raw/num-node-dict.csv.gz, triplet-type-list.csv.gz,
+               relations/<src>___<rel>___<dst>/{edge,num-edge-list}.csv.gz,
+               node-feat/<type>/node-feat.csv.gz, node-label/<type>/node-label.csv.gz,
+               nodetype-has-label.csv.gz                                 (heterogeneous: mag)
+    <root>/split/<split>/{train,valid,test}.csv.gz                       (hetero: split/<split>/<type>/...)
+
+``--raw-dir`` may name ``<root>`` itself or a folder holding ``<root>`` under
+OGB's directory name (``ogbn_arxiv``) or the zip's (``arxiv``).  Homogeneous
+datasets are symmetrized by default (GNN training in the papers uses the
+undirected graph); ogbn-mag is homogenized (DistDGLv2 §4.1.1) with reverse
+edge types.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from gnnflow.data.csr import build_csr
+from gnnflow.data.download import default_cache_dir, download, extract_zip
+from gnnflow.data.hetero import HeteroGraph, write_hetero_store
+from gnnflow.data.store import GraphStore, write_store
+from gnnflow.errors import ConfigError, DownloadError, GnnflowError
+
+
+def ogb_table() -> dict[str, dict[str, str]]:
+    """OGB's node-property dataset table (``ogb/nodeproppred/master.csv``), by name."""
+    import ogb.nodeproppred
+    import pandas as pd
+
+    f = Path(ogb.nodeproppred.__file__).parent / "master.csv"
+    df = pd.read_csv(f, index_col=0, keep_default_na=False)
+    return {name: {k: str(v) for k, v in df[name].items()} for name in df.columns}
+
+
+def ogb_info(name: str) -> dict[str, str]:
+    """The table row of ``name``; ConfigError for unknown or unsupported datasets."""
+    table = ogb_table()
+    supported = [n for n, row in table.items() if row["task type"] == "multiclass classification"]
+    if name not in table:
+        raise ConfigError(f"unknown OGB dataset {name!r}; known node-property datasets: "
+                          f"{', '.join(supported)}")
+    if name not in supported:
+        raise ConfigError(f"OGB dataset {name!r} is {table[name]['task type']}; gnnflow trains "
+                          f"single-label node classification ({', '.join(supported)})")
+    return table[name]
+
+
+def _root_candidates(name: str, info: dict[str, str], raw_dir: Path | None) -> list[Path]:
+    base = raw_dir if raw_dir is not None else default_cache_dir() / "ogb"
+    dir_name = "_".join(name.split("-"))
+    return [base, base / dir_name, base / info["download_name"]]
+
+
+def _marker(info: dict[str, str]) -> str:
+    hetero, binary = info["is hetero"] == "True", info["binary"] == "True"
+    if hetero:
+        return "raw/edge_index_dict.npz" if binary else "raw/triplet-type-list.csv.gz"
+    return "raw/data.npz" if binary else "raw/edge.csv.gz"
+
+
+def find_raw_root(name: str, raw_dir: Path | None = None, *, url: str | None = None) -> Path:
+    """Locate the dataset root (holding ``raw/``); download it when absent.
+
+    Offline, fails within seconds with a DownloadError saying where to put the files.
+    """
+    info = ogb_info(name)
+    marker = _marker(info)
+    candidates = _root_candidates(name, info, raw_dir)
+    for root in candidates:
+        if (root / marker).exists():
+            return root
+    if raw_dir is not None and raw_dir.exists() and any(raw_dir.iterdir()):
+        raise GnnflowError(f"{raw_dir}: no OGB {name} files found (looked for "
+                           f"{' or '.join(str(c / marker) for c in candidates)})")
+    url = url or info["url"]
+    base = candidates[0]
+    hint = (f"download {info['url']} elsewhere, unzip it and pass --raw-dir DIR so that "
+            f"DIR/{marker} or DIR/{'_'.join(name.split('-'))}/{marker} exists")
+    zip_path = download(url, base / f"{info['download_name']}.zip", hint=hint)
+    extract_zip(zip_path, base)
+    zip_path.unlink()
+    for root in candidates:
+        if (root / marker).exists():
+            return root
+    raise DownloadError(f"{zip_path} did not contain {info['download_name']}/{marker}; {hint}")
+
+
+def _require(root: Path, rel: str, name: str) -> None:
+    if not (root / rel).exists():
+        raise GnnflowError(f"{root / rel}: missing; the OGB {name} files under {root} are "
+                           "incomplete (re-download or re-extract the zip)")
+
+
+@contextlib.contextmanager
+def _ogb_errors(root: Path, name: str):  # type: ignore[no-untyped-def]
+    """ogb's readers print to stdout and raise bare errors: send prints to stderr and
+    turn errors into one GnnflowError naming the directory."""
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            yield
+    except GnnflowError:
+        raise
+    except Exception as exc:  # pandas/numpy/zip errors of malformed raw files
+        raise GnnflowError(f"{root}: cannot convert OGB {name} raw files "
+                           f"({type(exc).__name__}: {exc})") from None
+
+
+def _labels_1d(y: np.ndarray) -> np.ndarray:
+    y = np.asarray(y).reshape(-1)
+    if np.issubdtype(y.dtype, np.floating):
+        out = np.full(y.shape, -1, dtype=np.int64)
+        ok = ~np.isnan(y)
+        out[ok] = y[ok].astype(np.int64)
+        return out
+    return y.astype(np.int64)
+
+
+def _read_split(split_dir: Path) -> dict[str, np.ndarray]:
+    import pandas as pd
+
+    if (split_dir / "split_dict.pt").exists():
+        import torch
+
+        d = torch.load(split_dir / "split_dict.pt", weights_only=False)
+        return {k: np.asarray(d[k], dtype=np.int64).reshape(-1) for k in ("train", "valid", "test")}
+    out = {}
+    for k in ("train", "valid", "test"):
+        f = split_dir / f"{k}.csv.gz"
+        if not f.exists():
+            raise GnnflowError(f"{f}: missing split file")
+        out[k] = pd.read_csv(f, compression="gzip", header=None).values.T[0].astype(np.int64)
+    return out
+
+
+def read_ogb_homogeneous(root: Path, name: str, symmetrize: bool = True) -> dict[str, Any]:
+    """Keyword arguments for ``write_store`` from a homogeneous OGB dataset root."""
+    from ogb.io.read_graph_raw import read_binary_graph_raw, read_csv_graph_raw
+
+    info = ogb_info(name)
+    binary = info["binary"] == "True"
+    split_dir = root / "split" / info["split"]
+    with _ogb_errors(root, name):
+        if binary:
+            _require(root, "raw/node-label.npz", name)
+            graph = read_binary_graph_raw(str(root / "raw"))[0]
+            labels = _labels_1d(np.load(root / "raw" / "node-label.npz")["node_label"])
+        else:
+            for rel in ("raw/num-node-list.csv.gz", "raw/num-edge-list.csv.gz",
+                        "raw/node-label.csv.gz"):
+                _require(root, rel, name)
+            extra_files = [] if info["additional node files"] == "None" else \
+                info["additional node files"].split(",")
+            extra_files = [f for f in extra_files if (root / "raw" / f"{f}.csv.gz").exists()]
+            graph = read_csv_graph_raw(str(root / "raw"), add_inverse_edge=False,
+                                       additional_node_files=extra_files)[0]
+            import pandas as pd
+
+            labels = _labels_1d(pd.read_csv(root / "raw" / "node-label.csv.gz",
+                                            compression="gzip", header=None).values)
+        split = _read_split(split_dir)
+    n = int(graph["num_nodes"])
+    if labels.shape[0] != n:
+        raise GnnflowError(f"{root}/raw: {labels.shape[0]} labels for {n} vertices")
+    edge_index = graph["edge_index"]
+    indptr, indices = build_csr(edge_index[0], edge_index[1], n, symmetrize=symmetrize,
+                                what=f"{root}/raw edges")
+    feats = graph.get("node_feat")
+    extra = {}
+    if graph.get("node_year") is not None:
+        extra["node_year"] = np.asarray(graph["node_year"]).reshape(-1).astype(np.int64)
+    return {
+        "name": name, "source": "ogb", "indptr": indptr, "indices": indices,
+        "features": None if feats is None else np.asarray(feats, dtype=np.float32),
+        "labels": labels, "train_idx": split["train"], "val_idx": split["valid"],
+        "test_idx": split["test"], "num_classes": int(info["num classes"]),
+        "directed": not symmetrize, "extra_arrays": extra,
+        "meta": {"symmetrized": symmetrize, "random_features": False,
+                 "ogb": {"split": info["split"], "version": info["version"], "url": info["url"]}},
+    }
+
+
+def read_ogb_hetero(root: Path, name: str) -> HeteroGraph:
+    """A :class:`HeteroGraph` (per-type ids) from a heterogeneous OGB dataset root."""
+    from ogb.io.read_graph_raw import (
+        read_csv_heterograph_raw,
+        read_node_label_hetero,
+        read_nodesplitidx_split_hetero,
+    )
+
+    info = ogb_info(name)
+    if info["binary"] == "True":
+        raise GnnflowError(f"{name}: binary heterogeneous OGB layout is not supported")
+    for rel in ("raw/num-node-dict.csv.gz", "raw/nodetype-has-label.csv.gz"):
+        _require(root, rel, name)
+    split_dir = root / "split" / info["split"]
+    _require(root, f"split/{info['split']}/nodetype-has-split.csv.gz", name)
+    with _ogb_errors(root, name):
+        g = read_csv_heterograph_raw(str(root / "raw"), add_inverse_edge=False)[0]
+        labels = read_node_label_hetero(str(root / "raw"))
+        train, valid, test = read_nodesplitidx_split_hetero(str(split_dir))
+    num_nodes = {str(t): int(c) for t, c in g["num_nodes_dict"].items()}
+    edges = {tuple(map(str, e)): (np.asarray(ei[0], np.int64), np.asarray(ei[1], np.int64))
+             for e, ei in g["edge_index_dict"].items()}
+    target = next(iter(labels)) if len(labels) == 1 else None
+    hg = HeteroGraph(
+        name=name, num_nodes=num_nodes, edges=edges,  # type: ignore[arg-type]
+        features={t: np.asarray(x, dtype=np.float32) for t, x in (g["node_feat_dict"] or {}).items()},
+        labels={t: _labels_1d(y) for t, y in labels.items()},
+        splits={"train": {t: np.asarray(v, np.int64) for t, v in train.items()},
+                "val": {t: np.asarray(v, np.int64) for t, v in valid.items()},
+                "test": {t: np.asarray(v, np.int64) for t, v in test.items()}},
+        num_classes=int(info["num classes"]), target_node_type=target,
+    )
+    for t, y in hg.labels.items():
+        if y.shape[0] != num_nodes.get(t, -1):
+            raise GnnflowError(f"{root}/raw/node-label/{t}: {y.shape[0]} labels for "
+                               f"{num_nodes.get(t)} vertices of type {t}")
+    hg.validate(f"{root}/raw")
+    return hg
+
+
+def prepare_ogb(name: str, out: str | os.PathLike[str], *, raw_dir: Path | None = None,
+                symmetrize: bool = True, reverse_edges: bool = True,
+                feature_fill: str = "neighbor-mean", seed: int = 0, overwrite: bool = False,
+                url: str | None = None, **kwargs: Any) -> GraphStore:
+    """Find (or download) an OGB node-property dataset and write it as a graph store."""
+    info = ogb_info(name)
+    root = find_raw_root(name, Path(raw_dir) if raw_dir is not None else None, url=url)
+    store_name = kwargs.get("name") or name
+    if info["is hetero"] == "True":
+        hg = read_ogb_hetero(root, name)
+        hg.name = store_name
+        return write_hetero_store(
+            hg, out, overwrite=overwrite, reverse_edges=reverse_edges, feature_fill=feature_fill,
+            seed=seed, source="ogb",
+            meta={"random_features": False, "raw_dir": str(root),
+                  "ogb": {"split": info["split"], "version": info["version"], "url": info["url"]}},
+        )
+    data = read_ogb_homogeneous(root, name, symmetrize=symmetrize)
+    data["name"] = store_name
+    data["meta"]["raw_dir"] = str(root)
+    return write_store(out, overwrite=overwrite, **data)
