@@ -1,0 +1,171 @@
+"""Distributed neighbour sampling with non-local vertices (DistDGLv2 §4.2.2).
+
+A rank holds only its part's structure: the in-edges of its own (inner)
+vertices.  To sample one hop for a frontier, the frontier is split by owner:
+
+* the rank's own vertices are sampled locally from the part's CSR with the
+  shared primitive :func:`gnnflow.sampling.csr_sample_neighbors`;
+* the others are sent to their owners, which sample them from THEIR part's
+  CSR (which holds every in-edge of those vertices) and send back, per seed,
+  the number of sampled neighbours and their global ids.
+
+This is DistDGLv2's "local sampling + remote sampling requests, then stitch
+the results and compute the next frontier" (§4.2.2).  Because every vertex is
+sampled from its complete neighbourhood by its owner, a rank's mini-batch has
+the same distribution as sampling from the whole graph, although the ego-
+network reaches vertices the rank does not own.  The frontier of the next hop
+is computed by the same relabelling as the single-process sampler, so blocks
+have the DGL layout (destinations first, then new sources in ascending id).
+
+Per hop the exchange is three ``alltoallv`` calls on the sampler's process
+group: seed ids out, per-seed counts back, sampled source ids back.  Every
+rank must call :meth:`DistNeighborSampler.sample_blocks` the same number of
+times in the same order (all hops take part even with nothing remote).
+
+``replicate_structure=True`` (:func:`make_sampler`) instead keeps the whole
+CSR on every rank and samples locally with
+:class:`gnnflow.sampling.NeighborSampler` — the comparison point of issue 5.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from gnnflow.dist.comm import CommStats, alltoallv, world
+from gnnflow.errors import ConfigError
+from gnnflow.sampling import Block, NeighborSampler, csr_sample_neighbors
+from gnnflow.sampling.neighbor import _Relabeler
+
+
+class DistNeighborSampler:
+    """Multi-layer uniform neighbour sampler over a partitioned graph (collective).
+
+    Same contract as :class:`gnnflow.sampling.NeighborSampler`: ``fanouts[i]``
+    belongs to ``blocks[i]`` (input layer first); ``sample_blocks(targets)``
+    returns blocks ordered input -> output with ``blocks[-1].dst_ids == targets``.
+    """
+
+    def __init__(
+        self,
+        part: Any,
+        node_part: np.ndarray,
+        fanouts: Sequence[int],
+        seed: int = 0,
+        group: Any = None,
+        stats: CommStats | None = None,
+    ) -> None:
+        self.part = part
+        self.node_part = node_part
+        self.fanouts = [int(f) for f in fanouts]
+        if not self.fanouts or any(f == 0 or f < -1 for f in self.fanouts):
+            raise ConfigError(f"fanouts: each must be a positive count or -1 (full), got {list(fanouts)}")
+        self.rank, self.world_size = world()
+        self.group = group
+        self.stats = stats if stats is not None else CommStats(self.world_size)
+        # one stream per rank: local seeds and the remote requests it serves draw from it
+        self.rng = np.random.default_rng([seed, self.rank])
+        self.num_nodes = int(node_part.shape[0])
+        self._relabel = _Relabeler(self.num_nodes)
+        self.remote_seeds = 0  # seeds sampled by their owner on this rank's behalf
+
+    def _sample_own(self, seeds: np.ndarray, fanout: int) -> tuple[np.ndarray, np.ndarray]:
+        """Sample the rank's own ``seeds``: (per-seed counts, global source ids in CSR order)."""
+        if seeds.size == 0:
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+        rows = self.part.global_to_local(seeds)
+        if (rows < 0).any() or (rows >= self.part.num_inner).any():
+            raise ConfigError(f"sampler: rank {self.rank} asked to sample vertices it does not own")
+        dst_pos, src_local = csr_sample_neighbors(self.part.indptr, self.part.indices, rows, fanout, self.rng)
+        counts = np.bincount(dst_pos.numpy(), minlength=seeds.shape[0]).astype(np.int64)
+        return counts, self.part.local_to_global[src_local.numpy()]
+
+    def sample_neighbors(self, frontier: np.ndarray, fanout: int) -> tuple[np.ndarray, np.ndarray]:
+        """Per-seed counts and source ids (CSR over ``frontier``) of one hop.  Collective."""
+        frontier = np.asarray(frontier, dtype=np.int64)
+        owner = np.asarray(self.node_part[frontier], dtype=np.int64)
+        own = np.flatnonzero(owner == self.rank)
+        counts = np.zeros(frontier.shape[0], dtype=np.int64)
+        own_counts, own_src = self._sample_own(frontier[own], fanout)
+        counts[own] = own_counts
+        if self.world_size == 1:
+            if own.size != frontier.size:
+                raise ConfigError("sampler: a single rank cannot own remote vertices; check node_part")
+            return counts, own_src
+        remote = np.flatnonzero(owner != self.rank)
+        order = remote[np.argsort(owner[remote], kind="stable")]
+        send_counts = np.bincount(owner[remote], minlength=self.world_size)
+        requests = alltoallv(list(torch.split(torch.from_numpy(frontier[order]), send_counts.tolist())),
+                             self.stats, group=self.group)
+        served = [self._sample_own(req.numpy(), fanout) if p != self.rank else
+                  (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
+                  for p, req in enumerate(requests)]
+        reply_counts = alltoallv([torch.from_numpy(c) for c, _ in served], self.stats,
+                                 recv_counts=send_counts.tolist(), group=self.group)
+        per_peer_edges = [int(c.sum()) for c in reply_counts]
+        reply_src = alltoallv([torch.from_numpy(s) for _, s in served], self.stats,
+                              recv_counts=per_peer_edges, group=self.group)
+        rcounts = torch.cat(reply_counts).numpy()
+        rsrc = torch.cat(reply_src).numpy()
+        self.remote_seeds += int(order.size)
+        counts[order] = rcounts
+        # stitch: edges of own seeds and of remote seeds, reordered into CSR over the frontier
+        edge_dst = np.concatenate([np.repeat(own, own_counts), np.repeat(order, rcounts)])
+        src = np.concatenate([own_src, rsrc])
+        perm = np.argsort(edge_dst, kind="stable")
+        return counts, src[perm]
+
+    def sample_layer(self, frontier: np.ndarray | torch.Tensor, fanout: int) -> tuple[Block, torch.Tensor]:
+        """One layer for destinations ``frontier`` (unique ids); returns ``(block, block.src_ids)``."""
+        dst = frontier.numpy() if isinstance(frontier, torch.Tensor) else np.asarray(frontier)
+        dst = dst.astype(np.int64, copy=False)
+        counts, src = self.sample_neighbors(dst, fanout)
+        src_ids, local = self._relabel(dst, src)
+        indptr = np.zeros(dst.shape[0] + 1, dtype=np.int64)
+        np.cumsum(counts, out=indptr[1:])
+        block = Block(dst_ids=torch.from_numpy(np.array(dst, copy=True)), src_ids=torch.from_numpy(src_ids),
+                      indptr=torch.from_numpy(indptr), indices=torch.from_numpy(local))
+        return block, block.src_ids
+
+    def sample_blocks(self, targets: np.ndarray | torch.Tensor) -> list[Block]:
+        """Blocks for one mini-batch, input layer first.  Collective."""
+        frontier: np.ndarray | torch.Tensor = targets
+        blocks: list[Block] = []
+        for fanout in reversed(self.fanouts):
+            block, frontier = self.sample_layer(frontier, fanout)
+            blocks.append(block)
+        blocks.reverse()
+        return blocks
+
+
+def make_sampler(part: Any, node_part: np.ndarray, fanouts: Sequence[int], seed: int,
+                 replicate_structure: bool = False, graph_path: Any = None, group: Any = None,
+                 stats: CommStats | None = None) -> DistNeighborSampler | NeighborSampler:
+    """The partitioned sampler, or (``replicate_structure``) a full-CSR local sampler."""
+    if not replicate_structure:
+        return DistNeighborSampler(part, node_part, fanouts, seed, group=group, stats=stats)
+    from gnnflow.data.store import open_store
+
+    store = open_store(graph_path, validate=False)
+    rank, _ = world()
+    # the full structure, read into this rank's memory (this is what the option compares against)
+    return NeighborSampler(np.array(store.indptr), np.array(store.indices), fanouts, seed=seed * 1000 + rank)
+
+
+def presample_input_counts(sampler: DistNeighborSampler | NeighborSampler,
+                           batches: Iterable[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """How often each vertex is an input vertex (``blocks[0].src_ids``) over ``batches``.
+
+    Collective for the distributed sampler: every rank passes the same number of batches.
+    Returns ``(ids, counts)`` sorted by id.  The feature cache takes its hot rows from this.
+    """
+    seen: list[np.ndarray] = []
+    for targets in batches:
+        seen.append(sampler.sample_blocks(targets)[0].src_ids.numpy())
+    if not seen:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    ids, counts = np.unique(np.concatenate(seen), return_counts=True)
+    return ids.astype(np.int64), counts.astype(np.int64)

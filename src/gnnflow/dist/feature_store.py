@@ -1,0 +1,173 @@
+"""The distributed feature store (DistDGL's KVStore, DistDGLv2 §3.3 and §4.2.1 "CPU feature copy").
+
+Each rank holds the feature rows of its own part's (inner) vertices only, read
+from the part's memory-mapped ``features.npy``.  A request for the rows of a
+set of global vertex ids is served
+
+* locally for the rank's own vertices (one gather from the memory map),
+* from an optional cache of hot remote rows (chosen from presampling counts,
+  the sampling-frequency criterion GSplit §6.1 and DistDGLv2's "local CPU
+  cache" of §4.2.1 use),
+* and from the owning ranks for the rest, in ONE all-to-all exchange per
+  request batch: ids go out with :func:`gnnflow.dist.comm.alltoallv`, owners
+  gather their rows and the rows come back in a second ``alltoallv`` whose
+  receive counts are already known.
+
+Every call is a collective: all ranks call :meth:`FeatureStore.fetch` the same
+number of times in the same order on the same process group (a rank with no
+remote rows still takes part).  Bytes are counted per peer in a
+:class:`~gnnflow.dist.comm.CommStats`; per-request counters (rows loaded,
+remote rows, remote bytes, cache hits/misses) are added to a dict the caller
+passes, so the asynchronous pipeline can attribute them to the mini-batch.
+
+The same exchange serves any row table partitioned like the vertices, e.g. the
+hidden representations of layer-wise distributed inference: pass
+``local_rows`` (rows of the part's inner vertices in ``inner_ids`` order).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from gnnflow.dist.comm import CommStats, alltoallv, world
+from gnnflow.errors import ConfigError
+
+Rows = np.ndarray | torch.Tensor
+
+
+def _rows_tensor(table: Rows, pos: np.ndarray) -> torch.Tensor:
+    """``table[pos]`` as a contiguous float tensor (sorted gather for memory maps)."""
+    if isinstance(table, torch.Tensor):
+        return table[torch.from_numpy(pos)]
+    if pos.shape[0] == 0:
+        return torch.empty((0, *table.shape[1:]), dtype=torch.float32)
+    # gather in ascending order from the memory map (sequential page access), then undo
+    order = np.argsort(pos, kind="stable")
+    rows = np.asarray(table[pos[order]], dtype=np.float32)
+    out = np.empty_like(rows)
+    out[order] = rows
+    return torch.from_numpy(out)
+
+
+class FeatureStore:
+    """Rows of a vertex-partitioned table: local from the part, remote from their owners.
+
+    ``node_part`` maps every global vertex id to its owning rank (the partition
+    book's ``node_part`` memory map; part ``i`` is served by rank ``i``).
+    ``group``: the process group the exchanges use (a background pipeline
+    thread passes its own group, see :mod:`gnnflow.dist.pipeline`).
+    """
+
+    def __init__(
+        self,
+        part: Any,
+        node_part: np.ndarray,
+        local_rows: Rows | None = None,
+        stats: CommStats | None = None,
+        group: Any = None,
+    ) -> None:
+        self.part = part
+        self.node_part = node_part
+        self.rank, self.world_size = world()
+        if self.world_size > 1 and part.part_id != self.rank:
+            raise ConfigError(f"feature store: rank {self.rank} holds part {part.part_id}; rank i must load part i")
+        table = part.features if local_rows is None else local_rows
+        if table is None:
+            raise ConfigError(
+                f"part {part.part_id} has no features.npy; re-partition with features (gnnflow partition)"
+            )
+        if table.shape[0] != part.num_inner:
+            raise ConfigError(f"feature store: {table.shape[0]} local rows for {part.num_inner} inner vertices")
+        self.table: Rows = table
+        self.dim = int(np.prod(table.shape[1:])) if len(table.shape) > 1 else 1
+        self.stats = stats if stats is not None else CommStats(self.world_size)
+        self.group = group
+        self.cache_ids = np.zeros(0, dtype=np.int64)
+        self.cache_rows = torch.zeros((0, *table.shape[1:]), dtype=torch.float32)
+
+    # -- requests ----------------------------------------------------------------
+    def owners(self, ids: np.ndarray) -> np.ndarray:
+        return np.asarray(self.node_part[ids], dtype=np.int64)
+
+    def fetch(self, ids: np.ndarray | torch.Tensor, counters: dict[str, float] | None = None) -> torch.Tensor:
+        """Rows of global ``ids`` (float32 ``[len(ids), D]``), in the order of ``ids``.  Collective."""
+        ids_np = ids.numpy() if isinstance(ids, torch.Tensor) else np.asarray(ids)
+        ids_np = ids_np.astype(np.int64, copy=False)
+        n = ids_np.shape[0]
+        out = torch.empty((n, *self.table.shape[1:]), dtype=torch.float32)
+        owner = self.owners(ids_np) if n else np.zeros(0, dtype=np.int64)
+        local = owner == self.rank
+        lpos = np.flatnonzero(local)
+        if lpos.size:
+            inner = self.part.global_to_local(ids_np[lpos])
+            out[torch.from_numpy(lpos)] = _rows_tensor(self.table, inner)
+        remote = np.flatnonzero(~local)
+        hits = 0
+        if remote.size and self.cache_ids.size:
+            cpos = np.searchsorted(self.cache_ids, ids_np[remote])
+            cpos_c = np.minimum(cpos, self.cache_ids.size - 1)
+            hit = self.cache_ids[cpos_c] == ids_np[remote]
+            hits = int(hit.sum())
+            if hits:
+                out[torch.from_numpy(remote[hit])] = self.cache_rows[torch.from_numpy(cpos_c[hit])]
+            remote = remote[~hit]
+        received = self._exchange(ids_np[remote], owner[remote])
+        if remote.size:
+            out[torch.from_numpy(remote)] = received
+        if counters is not None:
+            row_bytes = 4 * self.dim
+            counters["features_loaded"] = counters.get("features_loaded", 0) + n
+            counters["remote_features"] = counters.get("remote_features", 0) + int(remote.size)
+            counters["remote_bytes"] = counters.get("remote_bytes", 0) + int(remote.size) * row_bytes
+            if self.cache_ids.size:
+                counters["cache_hits"] = counters.get("cache_hits", 0) + hits
+                counters["cache_misses"] = counters.get("cache_misses", 0) + int(remote.size)
+        return out
+
+    def _exchange(self, ids: np.ndarray, owner: np.ndarray) -> torch.Tensor:
+        """Request ``ids`` from their ``owner`` ranks; one id exchange + one row exchange."""
+        shape_tail = tuple(self.table.shape[1:])
+        if self.world_size == 1:
+            if ids.size:
+                raise ConfigError("feature store: a single rank cannot own remote vertices; check node_part")
+            return torch.empty((0, *shape_tail), dtype=torch.float32)
+        order = np.argsort(owner, kind="stable")
+        counts = np.bincount(owner, minlength=self.world_size)
+        send_ids = torch.split(torch.from_numpy(ids[order]), counts.tolist())
+        requests = alltoallv(list(send_ids), self.stats, group=self.group)
+        replies = []
+        for peer, req in enumerate(requests):
+            if peer == self.rank or req.numel() == 0:
+                replies.append(torch.empty((req.numel(), *shape_tail), dtype=torch.float32))
+                continue
+            pos = self.part.global_to_local(req.numpy())
+            if (pos < 0).any() or (pos >= self.part.num_inner).any():
+                raise ConfigError(f"feature store: rank {peer} asked rank {self.rank} for vertices it does not own")
+            replies.append(_rows_tensor(self.table, pos))
+        rows = alltoallv(replies, self.stats, recv_counts=counts.tolist(), group=self.group)
+        got = torch.cat(rows, 0)
+        result = torch.empty_like(got)
+        result[torch.from_numpy(order)] = got
+        return result
+
+    # -- cache -------------------------------------------------------------------
+    def build_cache(self, candidate_ids: np.ndarray, candidate_counts: np.ndarray, capacity: int) -> int:
+        """Cache the ``capacity`` most requested remote rows among the candidates.  Collective.
+
+        ``candidate_counts[i]`` is how often ``candidate_ids[i]`` was an input
+        vertex in presampled mini-batches on this rank.  Returns the cache size.
+        """
+        ids = np.asarray(candidate_ids, dtype=np.int64)
+        cnt = np.asarray(candidate_counts, dtype=np.float64)
+        remote = self.owners(ids) != self.rank if ids.size else np.zeros(0, dtype=bool)
+        ids, cnt = ids[remote], cnt[remote]
+        k = max(0, min(int(capacity), ids.shape[0]))
+        top = np.lexsort((ids, -cnt))[:k]
+        hot = np.sort(ids[top])
+        self.cache_ids = np.zeros(0, dtype=np.int64)
+        rows = self.fetch(hot)
+        self.cache_ids, self.cache_rows = hot, rows
+        return int(hot.shape[0])

@@ -1,0 +1,420 @@
+"""Shared base of the mini-batch distributed strategies (DistDGLv2 §3.3, §4.1.2, §4.2).
+
+Every rank holds one part of the partition book (``PartitionBook.load_part``;
+never the whole graph or feature file).  One training iteration on every rank:
+
+1. **schedule** — the rank's next local batch of target vertices.  Targets are
+   this rank's part's training vertices (level-2 part with two-level
+   partitioning, DistDGLv2 §4.1.2) or, with ``two_level=false``, the
+   training vertices of its whole machine (level-1 part) split randomly among
+   the machine's ranks (the "METIS only" baseline of Fig. 10).  An epoch
+   covers every training vertex once: every rank runs the same number of
+   iterations ``max_r ceil(n_r / batch_size)`` and cuts its shuffled targets
+   into that many near-equal batches, so the global batch is ``P x`` the local
+   one;
+2. **sample** — :class:`~gnnflow.dist.dist_sampler.DistNeighborSampler`
+   (owners sample their vertices, §4.2.2) or, with ``replicate_structure``,
+   the full CSR locally;
+3. **load** — input rows from the :class:`~gnnflow.dist.feature_store.FeatureStore`
+   (local rows, optional hot-row cache, one all-to-all for remote rows);
+4. **device copy**;
+5. **forward/backward** — loss = cross-entropy summed over the local targets
+   divided by the GLOBAL batch size (known from the schedule without
+   communication), so the sum over ranks of the gradients is exactly the
+   gradient of the single-process mean loss over the union of the batches;
+6. **all-reduce** of the gradients (sum; or ``ddp=true``: PyTorch DDP, with the
+   loss scaled by P to undo DDP's averaging) and an optimizer **step**.
+
+Stages 1-4 run in :class:`~gnnflow.dist.pipeline.MiniBatchPipeline`,
+asynchronously (``pipeline=true``, default) or inline (``pipeline=false``,
+the ``--no-pipeline`` flag).  Evaluation is exact full-neighbourhood
+layer-wise inference over the partitions: per layer each rank computes its
+inner vertices' representations and fetches its halo rows from their owners
+(one all-to-all per layer); correct counts are all-reduced, so every rank
+returns the same global accuracies.
+
+Options (``cfg.options``): ``pipeline`` (bool, default true),
+``capacities`` ("25,5,1"), ``replicate_structure`` (false), ``two_level``
+(true), ``cache_rows`` (0: rows of hot remote features cached, chosen from
+``presample_batches`` (8) presampled batches), ``ddp`` (false).
+
+Hooks for subclasses (split-parallel, p3, HEC): override any of
+
+``local_targets() -> (ids, labels)``   the training vertices this rank draws from;
+``build_sampler(group)``               the sampler the sample stage calls;
+``build_feature_store(group)``         the store the load stage calls;
+``sample_stage(mb)`` / ``load_stage(mb)`` / ``device_stage(mb)``   one stage each;
+``compute_loss(mb, rec) -> Tensor``    this rank's share of the loss (before backward);
+``reduce_gradients(rec)``              synchronise gradients;
+``train_batch(mb, rec) -> float``      one whole iteration after the pipeline.
+
+Subclasses that do not use one of the pieces (e.g. no feature store) return
+None from its builder.  ``self.part``, ``self.book``, ``self.node_part``,
+``self.num_batches`` and ``self.global_batch_sizes(epoch)`` are set by
+:meth:`prepare`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+from gnnflow.dist.comm import CommStats, all_reduce_gradients, world
+from gnnflow.dist.dist_sampler import make_sampler, presample_input_counts
+from gnnflow.dist.feature_store import FeatureStore
+from gnnflow.dist.pipeline import DEFAULT_CAPACITIES, MiniBatch, MiniBatchPipeline, stage_groups
+from gnnflow.errors import ConfigError
+from gnnflow.results.schema import Recorder
+from gnnflow.sampling import Block
+from gnnflow.strategies.base import RankContext, Strategy
+
+SPLITS = ("train", "val", "test")
+
+
+def _bool(value: Any) -> bool:
+    if isinstance(value, str):
+        return value.strip().lower() in ("1", "true", "yes", "on")
+    return bool(value)
+
+
+def parse_capacities(value: Any) -> tuple[int, int, int]:
+    """``"25,5,1"`` / ``[25, 5, 1]`` -> (25, 5, 1)."""
+    if value is None:
+        return DEFAULT_CAPACITIES
+    try:
+        caps = tuple(int(x) for x in (value.split(",") if isinstance(value, str) else value))
+    except (TypeError, ValueError):
+        caps = ()
+    if len(caps) != 3 or min(caps) < 1:
+        raise ConfigError(f"options.capacities: three positive counts like 25,5,1, got {value!r}")
+    return caps  # type: ignore[return-value]
+
+
+def whole_graph_part(graph_path: str) -> tuple[Any, np.ndarray, dict[str, Any]]:
+    """One part holding the whole graph (single rank without a partition book)."""
+    from gnnflow.data.store import open_store
+    from gnnflow.partition.book import Part
+
+    store = open_store(graph_path)
+    n = store.num_nodes
+    part = Part(part_id=0, inner_ids=np.arange(n, dtype=np.int64), halo_ids=np.zeros(0, dtype=np.int64),
+                indptr=np.asarray(store.indptr), indices=np.asarray(store.indices), features=store.features,
+                labels=np.asarray(store.labels), train_idx=np.asarray(store.train_idx),
+                val_idx=np.asarray(store.val_idx), test_idx=np.asarray(store.test_idx))
+    meta = {"num_classes": store.num_classes, "feature_dim": store.feature_dim, "graph": str(store.path)}
+    return part, np.zeros(n, dtype=np.int32), meta
+
+
+class MiniBatchStrategy(Strategy):
+    """Data-parallel mini-batch training loop over a partition book (see module docstring)."""
+
+    name = "minibatch"
+    distributed = True
+
+    def __init__(self, cfg: Any, ctx: RankContext) -> None:
+        super().__init__(cfg, ctx)
+        opts = dict(cfg.options or {})
+        self.opts = opts
+        self.use_pipeline = _bool(opts.get("pipeline", True))
+        self.capacities = parse_capacities(opts.get("capacities"))
+        self.replicate_structure = _bool(opts.get("replicate_structure", False))
+        self.two_level = _bool(opts.get("two_level", True))
+        self.cache_rows = int(opts.get("cache_rows", 0))
+        self.presample_batches = int(opts.get("presample_batches", 8))
+        self.use_ddp = _bool(opts.get("ddp", False))
+        self.pipeline: MiniBatchPipeline | None = None
+        self.net: torch.nn.Module | None = None  # the plain GNN (self.model may be its DDP wrapper)
+        self.sample_stats: CommStats | None = None
+        self.load_stats: CommStats | None = None
+
+    # ---------------------------------------------------------------- preparation
+    def prepare(self) -> None:
+        rank, size = world()
+        cfg = self.cfg
+        if cfg.partition:
+            from gnnflow.partition.book import PartitionBook
+
+            self.book: Any = PartitionBook.open(cfg.partition)
+            if self.book.num_parts != size:
+                raise ConfigError(f"{cfg.partition}: {self.book.num_parts} parts for {size} workers; "
+                                  "partition into as many parts as --workers")
+            self.part = self.book.load_part(rank)
+            self.node_part = self.book.node_part
+            self.meta = self.book.meta
+            self.graph_path = str(self.book.graph_path)
+        elif size == 1:
+            self.book = None
+            self.part, self.node_part, self.meta = whole_graph_part(cfg.graph)
+            self.graph_path = cfg.graph
+        else:
+            raise ConfigError(f"strategy {cfg.strategy}: --workers {size} needs --partition (a partition book)")
+        self.num_classes = int(self.meta["num_classes"])
+        self.in_dim = int(self.part.features.shape[1]) if self.part.features is not None else 0
+        self.target_ids, self.target_labels = self.local_targets()
+        self.num_batches, self.target_counts = self._plan_batches(len(self.target_ids))
+        self.groups = stage_groups(("sample", "load"))
+        self.sample_stats = CommStats(size)
+        self.load_stats = CommStats(size)
+        self.sampler = self.build_sampler(self.groups["sample"])
+        self.feature_store = self.build_feature_store(self.groups["load"])
+        self.build_model()
+        if self.cache_rows > 0 and self.feature_store is not None:
+            self._build_cache()
+
+    def local_targets(self) -> tuple[np.ndarray, np.ndarray]:
+        """Sorted training vertex ids this rank draws targets from, with their labels."""
+        part = self.part
+        ids = np.asarray(part.train_idx, dtype=np.int64)
+        labels = np.asarray(part.labels)[part.global_to_local(ids)]
+        machine = self.book.node_machine if self.book is not None else None
+        if self.two_level or machine is None:
+            return ids, labels.astype(np.int64)
+        # METIS only (Fig. 10 baseline): pool the machine's training vertices, split them randomly
+        rank, size = world()
+        my_machine = int(machine[part.inner_ids[0]]) if part.num_inner else -1
+        shared: list[Any] = [None] * size
+        dist.all_gather_object(shared, (my_machine, ids, labels))
+        peers = [r for r in range(size) if shared[r][0] == my_machine]
+        pool = np.concatenate([shared[r][1] for r in peers])
+        pool_labels = np.concatenate([shared[r][2] for r in peers])
+        perm = np.random.default_rng([self.cfg.seed, max(my_machine, 0)]).permutation(pool.shape[0])
+        mine = np.array_split(perm, len(peers))[peers.index(rank)]
+        order = np.argsort(pool[mine])
+        return pool[mine][order], pool_labels[mine][order].astype(np.int64)
+
+    def _plan_batches(self, n_local: int) -> tuple[int, list[int]]:
+        _, size = world()
+        counts = torch.tensor([n_local], dtype=torch.int64)
+        if size > 1:
+            allc = [torch.zeros_like(counts) for _ in range(size)]
+            dist.all_gather(allc, counts)
+            target_counts = [int(c.item()) for c in allc]
+        else:
+            target_counts = [n_local]
+        nb = max(1, max(math.ceil(c / self.cfg.batch_size) for c in target_counts))
+        return nb, target_counts
+
+    def global_batch_sizes(self) -> np.ndarray:
+        """Global batch size of each iteration of an epoch (sum over ranks of array_split sizes)."""
+        nb = self.num_batches
+        total = np.zeros(nb, dtype=np.int64)
+        for c in self.target_counts:
+            total += np.array([c // nb + (1 if j < c % nb else 0) for j in range(nb)], dtype=np.int64)
+        return total
+
+    def build_sampler(self, group: Any) -> Any:
+        return make_sampler(self.part, self.node_part, self.cfg.fanouts, self.cfg.seed,
+                            replicate_structure=self.replicate_structure, graph_path=self.graph_path,
+                            group=group, stats=self.sample_stats)
+
+    def build_feature_store(self, group: Any) -> FeatureStore | None:
+        return FeatureStore(self.part, self.node_part, stats=self.load_stats, group=group)
+
+    def build_model(self) -> None:
+        from gnnflow.nn import build_model
+        from gnnflow.strategies.common import make_optimizer, seed_everything
+
+        cfg = self.cfg
+        seed_everything(cfg.seed)
+        net = build_model(cfg.model, self.in_dim, cfg.hidden, self.num_classes, cfg.num_layers,
+                          cfg.dropout, cfg.heads).to(self.ctx.device)
+        _, size = world()
+        if size > 1:  # identical initial weights everywhere, whatever the local RNG did
+            for p in net.parameters():
+                dist.broadcast(p.data, 0)
+        self.net = net
+        if self.use_ddp and size > 1:
+            self.model = torch.nn.parallel.DistributedDataParallel(net)
+        else:
+            self.model = net
+        self.optimizer = make_optimizer(net, cfg)
+
+    def _build_cache(self) -> None:
+        """Presample a few local batches, cache the most requested remote feature rows."""
+        sampler = make_sampler(self.part, self.node_part, self.cfg.fanouts, self.cfg.seed + 7919,
+                               replicate_structure=self.replicate_structure, graph_path=self.graph_path,
+                               group=self.groups["sample"], stats=CommStats(world()[1]))
+        batches = [mb.targets for mb, _ in zip(self.schedule(0, 1), range(self.presample_batches), strict=False)]
+        ids, counts = presample_input_counts(sampler, batches)
+        assert self.feature_store is not None
+        self.cached = self.feature_store.build_cache(ids, counts, self.cache_rows)
+
+    # ---------------------------------------------------------------- pipeline stages
+    def schedule(self, first_epoch: int, epochs: int) -> Iterator[MiniBatch]:
+        """Target batches of epochs ``first_epoch .. first_epoch+epochs-1`` (the same count on every rank)."""
+        rank, _ = world()
+        sizes = self.global_batch_sizes()
+        for epoch in range(first_epoch, first_epoch + epochs):
+            rng = np.random.default_rng([self.cfg.seed, rank, epoch])
+            perm = rng.permutation(self.target_ids.shape[0])
+            for j, chunk in enumerate(np.array_split(perm, self.num_batches)):
+                yield MiniBatch(epoch=epoch, index=j, targets=torch.from_numpy(self.target_ids[chunk]),
+                                labels=torch.from_numpy(self.target_labels[chunk]),
+                                meta={"global_batch": int(sizes[j])})
+
+    def sample_stage(self, mb: MiniBatch) -> MiniBatch:
+        before = self._stats_totals(self.sample_stats)
+        mb.blocks = self.sampler.sample_blocks(mb.targets)
+        mb.counters["sampled_edges"] = float(sum(b.num_edges for b in mb.blocks))
+        mb.counters["input_vertices"] = float(mb.blocks[0].num_src)
+        self._add_stats_delta(mb, self.sample_stats, before, "sample")
+        return mb
+
+    def load_stage(self, mb: MiniBatch) -> MiniBatch:
+        assert self.feature_store is not None and mb.blocks is not None
+        before = self._stats_totals(self.load_stats)
+        mb.inputs = self.feature_store.fetch(mb.blocks[0].src_ids, mb.counters)
+        self._add_stats_delta(mb, self.load_stats, before, "load")
+        return mb
+
+    def device_stage(self, mb: MiniBatch) -> MiniBatch:
+        dev = self.ctx.device
+        if dev.type != "cpu":
+            assert mb.blocks is not None and mb.inputs is not None
+            mb.blocks = [b.to(dev) for b in mb.blocks]
+            mb.inputs = mb.inputs.pin_memory().to(dev, non_blocking=True)
+            if mb.labels is not None:
+                mb.labels = mb.labels.to(dev, non_blocking=True)
+        return mb
+
+    @staticmethod
+    def _stats_totals(stats: CommStats | None) -> tuple[list[int], list[int]]:
+        if stats is None:
+            return [], []
+        return list(stats.bytes_sent), list(stats.bytes_received)
+
+    @staticmethod
+    def _add_stats_delta(mb: MiniBatch, stats: CommStats | None, before: tuple[list[int], list[int]],
+                         stage: str) -> None:
+        if stats is None:
+            return
+        rank, _ = world()
+        sent = [a - b for a, b in zip(stats.bytes_sent, before[0], strict=True)]
+        recv = [a - b for a, b in zip(stats.bytes_received, before[1], strict=True)]
+        for p in range(len(sent)):
+            if p == rank:
+                continue
+            mb.counters["bytes_sent"] = mb.counters.get("bytes_sent", 0) + sent[p]
+            mb.counters["bytes_received"] = mb.counters.get("bytes_received", 0) + recv[p]
+            mb.counters[f"{stage}_bytes_received"] = mb.counters.get(f"{stage}_bytes_received", 0) + recv[p]
+            mb.counters[f"bytes_sent_peer{p}"] = mb.counters.get(f"bytes_sent_peer{p}", 0) + sent[p]
+
+    def make_pipeline(self, first_epoch: int, epochs: int) -> MiniBatchPipeline:
+        return MiniBatchPipeline(self.schedule(first_epoch, epochs), self.sample_stage, self.load_stage,
+                                 self.device_stage, asynchronous=self.use_pipeline, capacities=self.capacities)
+
+    # ---------------------------------------------------------------- training
+    def compute_loss(self, mb: MiniBatch, rec: Recorder) -> torch.Tensor:
+        """This rank's share of the global mean loss: local CE sum / global batch size."""
+        assert self.model is not None and mb.blocks is not None and mb.labels is not None
+        logits = self.model(mb.blocks, mb.inputs)
+        mb.meta["logits"] = logits.detach()
+        loss = F.cross_entropy(logits, mb.labels, reduction="sum") / max(1, mb.meta["global_batch"])
+        if self.use_ddp and world()[1] > 1:
+            loss = loss * world()[1]  # DDP averages the gradients over ranks; we want their sum
+        return loss
+
+    def reduce_gradients(self, rec: Recorder) -> None:
+        if not (self.use_ddp and world()[1] > 1):
+            assert self.net is not None
+            all_reduce_gradients(self.net, average=False)
+
+    def train_batch(self, mb: MiniBatch, rec: Recorder) -> float:
+        """forward/backward -> gradient all-reduce -> step; returns the local mean CE."""
+        assert self.optimizer is not None and self.model is not None
+        self.model.train()
+        with rec.timer("forward_backward"):
+            self.optimizer.zero_grad(set_to_none=False)
+            loss = self.compute_loss(mb, rec)
+            if self.use_ddp and world()[1] > 1:
+                with rec.timer("allreduce"):  # DDP overlaps its all-reduce with backward
+                    loss.backward()
+            else:
+                loss.backward()
+        with rec.timer("allreduce"):
+            self.reduce_gradients(rec)
+        with rec.timer("step"):
+            self.optimizer.step()
+        n = max(1, int(mb.targets.shape[0]))
+        scale = mb.meta["global_batch"] / n / (world()[1] if self.use_ddp and world()[1] > 1 else 1)
+        return float(loss.detach()) * scale
+
+    def run_epoch(self, epoch: int, rec: Recorder) -> float:
+        if self.pipeline is None:
+            # one schedule from this epoch to the last: the pipeline runs across epoch boundaries
+            self.pipeline = self.make_pipeline(epoch, max(1, self.cfg.epochs - epoch)).start()
+        losses = []
+        for _ in range(self.num_batches):
+            try:
+                mb = self.pipeline.get()
+            except StopIteration:  # more epochs than scheduled (driver ran past cfg.epochs)
+                self.pipeline.close()
+                self.pipeline = self.make_pipeline(epoch, 1).start()
+                mb = self.pipeline.get()
+            if mb.epoch != epoch:
+                raise ConfigError(f"pipeline delivered a batch of epoch {mb.epoch} during epoch {epoch}")
+            for name in ("sample", "load", "wait"):
+                rec.add_time(name, mb.times.get(name, 0.0))
+            rec.add_time("device_copy", mb.times.get("device", 0.0))
+            for k, v in mb.counters.items():
+                rec.count(k, v)
+            rec.count("iterations")
+            losses.append(self.train_batch(mb, rec))
+        if epoch + 1 >= self.cfg.epochs and self.pipeline is not None:
+            self.pipeline.close()
+            self.pipeline = None
+        rec.extra["num_batches"] = float(self.num_batches)
+        rec.extra["local_targets"] = float(self.target_ids.shape[0])
+        rec.extra["pipeline"] = float(self.use_pipeline)
+        if getattr(self, "cached", None) is not None:
+            rec.extra["cache_rows"] = float(self.cached)
+        return float(np.mean(losses)) if losses else float("nan")
+
+    # ---------------------------------------------------------------- evaluation
+    def part_block(self) -> Block:
+        """The part's local graph as one block: dst = inner vertices, src = inner + halo."""
+        part = self.part
+        return Block(dst_ids=torch.from_numpy(np.asarray(part.inner_ids, dtype=np.int64)),
+                     src_ids=torch.from_numpy(np.asarray(part.local_to_global, dtype=np.int64)),
+                     indptr=torch.from_numpy(np.asarray(part.indptr, dtype=np.int64)),
+                     indices=torch.from_numpy(np.asarray(part.indices, dtype=np.int64)))
+
+    @torch.no_grad()
+    def inference(self) -> torch.Tensor:
+        """Logits of this rank's inner vertices by exact layer-wise inference (collective)."""
+        assert self.net is not None
+        net = self.net
+        net.eval()
+        block = self.part_block().to(self.ctx.device)
+        h = torch.from_numpy(np.asarray(self.part.features, dtype=np.float32))
+        halo = self.part.halo_ids
+        for i in range(self.cfg.num_layers):
+            store = FeatureStore(self.part, self.node_part, local_rows=h.cpu())
+            h_src = torch.cat([h.cpu(), store.fetch(halo)], 0).to(self.ctx.device)
+            h = net.layer_step(i, block, h_src)
+        return h
+
+    def evaluate(self) -> dict[str, float]:
+        logits = self.inference().cpu()
+        pred = logits.argmax(1).numpy()
+        labels = np.asarray(self.part.labels)
+        counts = []
+        for split in SPLITS:
+            ids = np.asarray(getattr(self.part, f"{split}_idx"), dtype=np.int64)
+            pos = self.part.global_to_local(ids)
+            counts += [float((pred[pos] == labels[pos]).sum()), float(ids.shape[0])]
+        t = torch.tensor(counts, dtype=torch.float64)
+        if world()[1] > 1:
+            dist.all_reduce(t)
+        return {f"{s}_acc": float(t[2 * i] / max(1.0, float(t[2 * i + 1]))) for i, s in enumerate(SPLITS)}
+
+    def close(self) -> None:
+        if self.pipeline is not None:
+            self.pipeline.close()
+            self.pipeline = None

@@ -1,0 +1,123 @@
+"""Feature store and distributed sampler (DistDGLv2 §3.3, §4.2.2) on a tiny partitioned graph."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from gnnflow.dist.launch import run_ranks
+
+
+@pytest.fixture
+def tiny_book(tiny_store, tmp_path):
+    from gnnflow.partition.api import partition_graph
+
+    partition_graph(tiny_store.path, "random", 3, tmp_path / "book3", seed=1)
+    return tmp_path / "book3", tiny_store.path
+
+
+def _store_and_sampler_rank(ctx, book_path):
+    from gnnflow.dist.comm import CommStats
+    from gnnflow.dist.dist_sampler import DistNeighborSampler
+    from gnnflow.dist.feature_store import FeatureStore
+    from gnnflow.partition.book import PartitionBook
+
+    book = PartitionBook.open(book_path)
+    part = book.load_part(ctx.rank)
+    stats = CommStats(ctx.world_size)
+    store = FeatureStore(part, book.node_part, stats=stats)
+    rng = np.random.default_rng(ctx.rank)
+    ids = rng.integers(0, book.num_nodes, 50 + 10 * ctx.rank)  # duplicates on purpose
+    counters: dict = {}
+    rows = store.fetch(ids, counters)
+    # a rank with nothing to fetch still joins the collective
+    empty = store.fetch(np.zeros(0, dtype=np.int64))
+    # cache: the 20 most frequent remote ids of a fake presample
+    cached = store.build_cache(ids, np.arange(ids.shape[0]), 20)
+    c2: dict = {}
+    rows2 = store.fetch(ids, c2)
+    # full-fanout sampling is deterministic: compare with the whole-graph sampler in the test
+    sampler = DistNeighborSampler(part, book.node_part, [-1, -1], seed=0)
+    targets = np.sort(np.asarray(part.train_idx[:5]))
+    blocks = sampler.sample_blocks(targets)
+    # fanout-3 sampling of every vertex of rank 0's part, many times, done on rank 1's behalf
+    p0 = book.load_part(0).inner_ids if ctx.rank == 1 else None
+    fs = DistNeighborSampler(part, book.node_part, [3], seed=0)
+    draws = []
+    for _ in range(200):
+        b = fs.sample_blocks(p0[:4] if p0 is not None else np.zeros(0, dtype=np.int64))[0]
+        if p0 is not None:
+            draws.append((b.indptr.numpy().copy(), b.src_ids[b.indices].numpy().copy()))
+    return dict(ids=ids, rows=rows.numpy(), empty=tuple(empty.shape), counters=counters, cached=cached,
+                rows2=rows2.numpy(), c2=c2, sent=list(stats.bytes_sent), received=list(stats.bytes_received),
+                blocks=[(b.dst_ids.numpy(), b.src_ids.numpy(), b.indptr.numpy(), b.src_ids[b.indices].numpy())
+                        for b in blocks],
+                targets=targets, owned=part.inner_ids, draws=draws, p0=p0)
+
+
+def test_feature_store_and_distributed_sampler(tiny_book):
+    from gnnflow.data.store import open_store
+    from gnnflow.partition.book import PartitionBook
+    from gnnflow.sampling import NeighborSampler
+
+    book_path, graph_path = tiny_book
+    g = open_store(graph_path)
+    node_part = np.asarray(PartitionBook.open(book_path).node_part)
+    results = run_ranks(_store_and_sampler_rank, 3, book_path, timeout_s=60)
+    feats = np.asarray(g.features)
+    for rank, r in enumerate(results):
+        np.testing.assert_array_equal(r["rows"], feats[r["ids"]])
+        np.testing.assert_array_equal(r["rows2"], feats[r["ids"]])
+        assert r["empty"] == (0, feats.shape[1])
+        n_remote = int((node_part[r["ids"]] != rank).sum())
+        assert r["counters"]["features_loaded"] == len(r["ids"])
+        assert r["counters"]["remote_features"] == n_remote
+        assert r["counters"]["remote_bytes"] == n_remote * feats.shape[1] * 4
+        assert r["cached"] == 20
+        assert r["c2"]["cache_hits"] + r["c2"]["cache_misses"] == n_remote
+        assert r["c2"]["cache_hits"] > 0 and r["c2"]["remote_features"] < n_remote
+        # bytes per peer: what rank p sent to q is what q received from p
+    for p in range(3):
+        for q in range(3):
+            assert results[p]["sent"][q] == results[q]["received"][p]
+    assert sum(results[0]["sent"]) > 0
+    # full-fanout distributed blocks equal the whole-graph sampler's blocks
+    ref = NeighborSampler(g.indptr, g.indices, [-1, -1], seed=0)
+    for r in results:
+        expect = ref.sample_blocks(r["targets"])
+        assert len(expect) == len(r["blocks"])
+        for b, (dst, src, indptr, edge_src) in zip(expect, r["blocks"], strict=True):
+            np.testing.assert_array_equal(b.dst_ids.numpy(), dst)
+            np.testing.assert_array_equal(b.src_ids.numpy(), src)
+            np.testing.assert_array_equal(b.indptr.numpy(), indptr)
+            np.testing.assert_array_equal(b.src_ids[b.indices].numpy(), edge_src)
+    # remote sampling (rank 1 samples rank 0's vertices through rank 0): valid, uniform, size min(d, 3)
+    r1 = results[1]
+    for k, v in enumerate(r1["p0"][:4]):
+        nbrs = np.asarray(g.indices[g.indptr[v]:g.indptr[v + 1]])
+        freq = {int(u): 0 for u in nbrs}
+        for indptr, edge_src in r1["draws"]:
+            got = edge_src[indptr[k]:indptr[k + 1]]
+            assert len(got) == min(len(nbrs), 3) and len(set(got.tolist())) == len(got)
+            for u in got:
+                freq[int(u)] += 1
+        expected = 200 * min(len(nbrs), 3) / len(nbrs)
+        assert all(abs(f - expected) < 5 * np.sqrt(expected) + 1 for f in freq.values()), freq
+
+
+def _replicate_rank(ctx, book_path):
+    from gnnflow.dist.dist_sampler import make_sampler
+    from gnnflow.partition.book import PartitionBook
+
+    book = PartitionBook.open(book_path)
+    part = book.load_part(ctx.rank)
+    s = make_sampler(part, book.node_part, [-1], 0, replicate_structure=True, graph_path=book.graph_path)
+    b = s.sample_blocks(torch.as_tensor(part.train_idx[:3]))[0]
+    return type(s).__name__, b.num_edges
+
+
+def test_replicate_structure_uses_full_csr(tiny_book):
+    book_path, _ = tiny_book
+    res = run_ranks(_replicate_rank, 3, book_path, timeout_s=60)
+    assert all(name == "NeighborSampler" and n > 0 for name, n in res)
