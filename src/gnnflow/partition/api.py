@@ -180,4 +180,8 @@ def _jsonable(obj: Any) -> Any:
         return float(obj)
     if isinstance(obj, Path):
         return str(obj)
-    return obj
+    if obj is None or isinstance(obj, (str, int, float, bool)):
+        return obj
+    describe = getattr(obj, "describe", None)
+    return describe() if callable(describe) else f"<{type(obj).__name__}>"
+

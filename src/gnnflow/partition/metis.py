@@ -153,8 +153,9 @@ def pymetis_kway(indptr: np.ndarray, indices: np.ndarray, num_parts: int,
     import pymetis
 
     opts = pymetis.Options(seed=seed)
-    _, part = pymetis.part_graph(num_parts, xadj=np.asarray(indptr), adjncy=np.asarray(indices),
-                                 vweights=None if vweights is None else np.asarray(vweights).tolist(),
+    adjacency = pymetis.CSRAdjacency(np.asarray(indptr), np.asarray(indices))
+    _, part = pymetis.part_graph(num_parts, adjacency,
+                                 vweights=None if vweights is None else np.asarray(vweights),
                                  options=opts)
     return np.asarray(part, dtype=np.int32)
 

@@ -53,6 +53,11 @@ class Presample:
     def num_nodes(self) -> int:
         return int(self.vertex_counts.shape[1])
 
+    def describe(self) -> dict[str, Any]:
+        """What produced these counts (recorded in a partition book's meta)."""
+        return {"fanouts": self.fanouts, "batch_size": self.batch_size, "epochs": self.epochs,
+                "num_batches": self.num_batches, "seed": self.seed}
+
     def save(self, path: str | os.PathLike[str]) -> None:
         with atomic_file(path) as tmp:
             with open(tmp, "wb") as fh:
