@@ -104,18 +104,22 @@ class SplitGraph:
         return cls(rank, parts, node_part, inner_ids, local_indptr, local_indices, feats, labs)
 
     @classmethod
-    def from_part(cls, book: Any, rank: int) -> SplitGraph:
-        """Rank ``rank``'s share read from a partition book (only ``part<rank>/`` is read)."""
-        part = book.load_part(rank)
-        n = int(book.num_nodes)
+    def from_part(cls, part: Any, node_part: np.ndarray, num_parts: int) -> SplitGraph:
+        """The share of the rank serving ``part`` (a :class:`gnnflow.partition.book.Part`).
+
+        Features stay the part's memory map: only rows of the split's input
+        vertices are ever read.
+        """
+        n = int(np.asarray(node_part).shape[0])
+        inner = np.asarray(part.inner_ids, dtype=np.int64)
         deg = np.zeros(n, dtype=np.int64)
-        deg[part.inner_ids] = np.diff(part.indptr)
+        deg[inner] = np.diff(np.asarray(part.indptr))
         indptr = np.zeros(n + 1, dtype=np.int64)
         np.cumsum(deg, out=indptr[1:])
         # part rows follow sorted inner_ids, so their edges are already in global row order
         indices = part.local_to_global[np.asarray(part.indices)]
-        return cls(rank, int(book.num_parts), np.asarray(book.node_part), np.asarray(part.inner_ids, dtype=np.int64),
-                   indptr, indices, part.features, np.asarray(part.labels))
+        return cls(int(part.part_id), int(num_parts), np.asarray(node_part), inner, indptr, indices,
+                   part.features, np.asarray(part.labels))
 
 
 @dataclass
