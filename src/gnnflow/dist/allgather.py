@@ -1,0 +1,331 @@
+"""``graph_allgather``: fetch halo embeddings by executing a communication plan (DGCL §4.2, §6).
+
+Forward runs the rank's stage table stage by stage: in stage ``k`` the rank posts
+one ``isend`` per peer with the rows of its send table and one ``irecv`` per peer
+for its receive table, waits for all of them (the stage barrier of §5.1 is
+implied by the point-to-point completions), and writes the received rows into
+its buffer ``[inner | halo | relay]``; relayed rows are forwarded in later stages.
+
+Backward runs the stages in reverse with send and receive swapped (§6.1): a rank
+returns the gradient of every row it received to the peer it came from, and
+adds the gradients it gets to the rows it sent.  Each stage is split into
+sub-stages (§6.2) so that within one sub-stage a row receives gradient from at
+most one peer; the add is then a plain (non-accumulating) indexed update.
+
+The ``swap`` baseline (NeuGraph, DGCL §7) is executed for real through host
+shared memory: every rank writes all its embeddings into a shared file-backed
+buffer, a barrier, every rank reads its halo rows; backward writes halo gradients
+to a second shared buffer and owners sum them.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from gnnflow.dist.comm import CommStats
+from gnnflow.dist.plan import CommRelation, RankTable
+
+_FWD_TAG = 0
+_BWD_TAG = 1 << 12
+
+
+@dataclass
+class AllgatherStats:
+    """Per-call accounting: bytes per peer and wall time per stage (forward and backward)."""
+
+    world_size: int
+    comm: CommStats = field(init=False)
+    forward_stage_s: list[float] = field(default_factory=list)
+    backward_stage_s: list[float] = field(default_factory=list)
+    calls: int = 0
+
+    def __post_init__(self) -> None:
+        self.comm = CommStats(self.world_size)
+
+    def _add_stage(self, which: list[float], s: int, dt: float) -> None:
+        while len(which) <= s:
+            which.append(0.0)
+        which[s] += dt
+
+
+@dataclass
+class _Compiled:
+    """Positions of a :class:`RankTable` as tensors (computed once per table)."""
+
+    fwd: list[list[tuple[int, torch.Tensor, torch.Tensor]]]  # per stage: (peer, send_pos, recv_pos)
+    # per stage, per sub-stage: (peer, rows whose grads to send back, rows that receive grads)
+    bwd: list[list[list[tuple[int, torch.Tensor, torch.Tensor]]]]
+
+
+def _compile(table: RankTable) -> _Compiled:
+    fwd, bwd = [], []
+    for stage in table.stages:
+        row = []
+        nsub = 0
+        for t in stage:
+            sp = torch.from_numpy(table.positions(t.send_ids))
+            rp = torch.from_numpy(table.positions(t.recv_ids))
+            row.append((t.peer, sp, rp))
+            for lab in (t.send_sub, t.recv_sub):
+                if lab.shape[0]:
+                    nsub = max(nsub, int(lab.max()) + 1)
+        fwd.append(row)
+        subs = []
+        for lvl in range(nsub):
+            sub_row = []
+            for t, (peer, sp, rp) in zip(stage, row, strict=True):
+                send_back = rp[torch.from_numpy(t.recv_sub == lvl)]
+                get_into = sp[torch.from_numpy(t.send_sub == lvl)]
+                if send_back.numel() or get_into.numel():
+                    sub_row.append((peer, send_back, get_into))
+            subs.append(sub_row)
+        bwd.append(subs)
+    return _Compiled(fwd, bwd)
+
+
+def _compiled(table: RankTable) -> _Compiled:
+    c = getattr(table, "_compiled", None)
+    if c is None:
+        c = _compile(table)
+        table._compiled = c  # type: ignore[attr-defined]
+    return c
+
+
+def _exchange(sends: list[tuple[int, torch.Tensor]], recvs: list[tuple[int, torch.Tensor]], tag: int,
+              stats: AllgatherStats | None) -> None:
+    reqs = [dist.irecv(buf, peer, tag=tag) for peer, buf in recvs]
+    reqs += [dist.isend(buf, peer, tag=tag) for peer, buf in sends]
+    for r in reqs:
+        r.wait()
+    if stats is not None:
+        sent = [0] * stats.world_size
+        got = [0] * stats.world_size
+        for peer, buf in sends:
+            sent[peer] += buf.numel() * buf.element_size()
+        for peer, buf in recvs:
+            got[peer] += buf.numel() * buf.element_size()
+        stats.comm.add(sent, got)
+
+
+class _PlannedAllgather(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, local: torch.Tensor, table: RankTable,  # type: ignore[override]
+                stats: AllgatherStats | None) -> torch.Tensor:
+        comp = _compiled(table)
+        ctx.table, ctx.stats = table, stats
+        n_inner = table.inner_ids.shape[0]
+        if local.shape[0] != n_inner:
+            raise ValueError(f"graph_allgather: rank {table.rank} has {n_inner} inner vertices, "
+                             f"got {local.shape[0]} rows")
+        tail = tuple(local.shape[1:])
+        buf = local.new_empty((table.buffer_size, *tail))
+        buf[:n_inner] = local
+        for s, row in enumerate(comp.fwd):
+            t0 = time.perf_counter()
+            sends = [(peer, buf[sp].contiguous()) for peer, sp, _ in row if sp.numel()]
+            recvs = [(peer, local.new_empty((rp.numel(), *tail)), rp) for peer, _, rp in row if rp.numel()]
+            _exchange(sends, [(p, b) for p, b, _ in recvs], _FWD_TAG + s, stats)
+            for _, b, rp in recvs:
+                buf[rp] = b
+            if stats is not None:
+                stats._add_stage(stats.forward_stage_s, s, time.perf_counter() - t0)
+        if stats is not None:
+            stats.calls += 1
+        return buf[: table.num_local].clone()
+
+    @staticmethod
+    def backward(ctx, grad_out: torch.Tensor):  # type: ignore[override]
+        table: RankTable = ctx.table
+        stats: AllgatherStats | None = ctx.stats
+        comp = _compiled(table)
+        tail = tuple(grad_out.shape[1:])
+        g = grad_out.new_zeros((table.buffer_size, *tail))
+        g[: table.num_local] = grad_out
+        for s in reversed(range(len(comp.bwd))):
+            t0 = time.perf_counter()
+            for lvl, row in enumerate(comp.bwd[s]):
+                sends = [(peer, g[back].contiguous()) for peer, back, _ in row if back.numel()]
+                recvs = [(peer, grad_out.new_empty((into.numel(), *tail)), into)
+                         for peer, _, into in row if into.numel()]
+                _exchange(sends, [(p, b) for p, b, _ in recvs], _BWD_TAG + 64 * s + lvl, stats)
+                if recvs:
+                    pos = torch.cat([into for _, _, into in recvs])
+                    vals = torch.cat([b for _, b, _ in recvs])
+                    g[pos] = g[pos] + vals  # positions are unique within a sub-stage (§6.2)
+            if stats is not None:
+                stats._add_stage(stats.backward_stage_s, s, time.perf_counter() - t0)
+        return g[: table.inner_ids.shape[0]], None, None
+
+
+# --------------------------------------------------------------------------- swap through host memory
+
+
+@dataclass
+class SwapTable:
+    """A rank's part of the swap baseline: slots in the shared embedding and gradient buffers."""
+
+    rank: int
+    world_size: int
+    inner_ids: np.ndarray
+    halo_ids: np.ndarray
+    num_slots: int  # rows of the shared embedding buffer (all vertices)
+    write_offset: int  # this rank's inner rows go to [write_offset, write_offset + n_inner)
+    read_slots: np.ndarray  # slot of each halo vertex
+    num_grad_slots: int  # rows of the shared gradient buffer (all halos of all ranks)
+    grad_offset: int  # this rank's halo gradients go to [grad_offset, grad_offset + n_halo)
+    grad_read_slots: np.ndarray  # gradient slots holding gradients of this rank's vertices
+    grad_read_pos: np.ndarray  # ... and the inner position each one belongs to
+    planner: str = "swap"
+    shm_dir: str | None = None
+
+    @property
+    def num_local(self) -> int:
+        return int(self.inner_ids.shape[0] + self.halo_ids.shape[0])
+
+    def nbytes(self) -> int:
+        return self.read_slots.nbytes + self.grad_read_slots.nbytes + self.grad_read_pos.nbytes
+
+
+def swap_tables(rel: CommRelation) -> list[SwapTable]:
+    """Swap baseline tables: every vertex has a slot (grouped by owner); halos read their owners' slots."""
+    p = rel.num_parts
+    node_part = np.asarray(rel.node_part)
+    order = np.argsort(node_part, kind="stable")
+    slot = np.empty(node_part.shape[0], dtype=np.int64)
+    slot[order] = np.arange(node_part.shape[0])
+    sizes = np.bincount(node_part, minlength=p)
+    offsets = np.r_[0, np.cumsum(sizes)]
+    halos = [rel.halo_ids(r) for r in range(p)]
+    goff = np.r_[0, np.cumsum([h.shape[0] for h in halos])]
+    all_halo = np.concatenate(halos) if halos else np.zeros(0, dtype=np.int64)
+    halo_owner = node_part[all_halo]
+    out = []
+    for r in range(p):
+        mine = np.flatnonzero(halo_owner == r)
+        out.append(SwapTable(
+            r, p, order[offsets[r]:offsets[r + 1]].astype(np.int64), halos[r], int(node_part.shape[0]),
+            int(offsets[r]), slot[halos[r]], int(goff[-1]), int(goff[r]), mine.astype(np.int64),
+            (slot[all_halo[mine]] - offsets[r]).astype(np.int64)))
+    return out
+
+
+class _SharedBuffers:
+    """File-backed shared memory (``/dev/shm``) visible to every local rank."""
+
+    def __init__(self) -> None:
+        rank = dist.get_rank()
+        obj: list[Any] = [None]
+        if rank == 0:
+            base = "/dev/shm" if os.path.isdir("/dev/shm") else None
+            obj[0] = tempfile.mkdtemp(prefix="gnnflow-swap-", dir=base)
+        dist.broadcast_object_list(obj, src=0)
+        self.dir: str = obj[0]
+        self.owner = rank == 0
+        self.maps: dict[tuple[str, int, int], torch.Tensor] = {}
+
+    def get(self, name: str, rows: int, dim: int) -> torch.Tensor:
+        key = (name, rows, dim)
+        if key not in self.maps:
+            path = os.path.join(self.dir, f"{name}-{rows}x{dim}.bin")
+            nbytes = max(4, rows * dim * 4)
+            with open(path, "a+b") as f:
+                if os.fstat(f.fileno()).st_size < nbytes:
+                    os.ftruncate(f.fileno(), nbytes)
+            mm = np.memmap(path, dtype=np.float32, mode="r+", shape=(max(1, rows * dim),))
+            self.maps[key] = torch.from_numpy(mm[: rows * dim].reshape(rows, dim))
+        return self.maps[key]
+
+    def close(self) -> None:
+        self.maps.clear()
+        if self.owner:
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def _shared(table: SwapTable) -> _SharedBuffers:
+    sb = getattr(table, "_shared", None)
+    if sb is None:
+        sb = _SharedBuffers()
+        table._shared = sb  # type: ignore[attr-defined]
+    return sb
+
+
+def close_swap(table: SwapTable) -> None:
+    """Release the shared buffers of a swap table (rank 0 removes the directory)."""
+    sb = getattr(table, "_shared", None)
+    if sb is not None:
+        dist.barrier()
+        sb.close()
+        table._shared = None  # type: ignore[attr-defined]
+
+
+class _SwapAllgather(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, local: torch.Tensor, table: SwapTable,  # type: ignore[override]
+                stats: AllgatherStats | None) -> torch.Tensor:
+        if local.dtype != torch.float32 or local.dim() != 2:
+            raise ValueError("swap graph_allgather supports float32 [n, d] embeddings")
+        sb = _shared(table)
+        ctx.table, ctx.stats = table, stats
+        dim = local.shape[1]
+        t0 = time.perf_counter()
+        emb = sb.get("emb", table.num_slots, dim)
+        n = local.shape[0]
+        emb[table.write_offset:table.write_offset + n] = local.detach().cpu()
+        dist.barrier()
+        t1 = time.perf_counter()
+        halo = emb[torch.from_numpy(table.read_slots)].to(local.device)
+        dist.barrier()  # nobody overwrites the buffer before everyone has read
+        if stats is not None:
+            stats._add_stage(stats.forward_stage_s, 0, t1 - t0)
+            stats._add_stage(stats.forward_stage_s, 1, time.perf_counter() - t1)
+            stats.calls += 1
+            bpr = dim * 4
+            stats.comm.add([n * bpr if q == table.rank else 0 for q in range(table.world_size)],
+                           [halo.shape[0] * bpr if q == table.rank else 0 for q in range(table.world_size)])
+        return torch.cat([local, halo], 0)
+
+    @staticmethod
+    def backward(ctx, grad_out: torch.Tensor):  # type: ignore[override]
+        table: SwapTable = ctx.table
+        sb = _shared(table)
+        dim = grad_out.shape[1]
+        n = table.inner_ids.shape[0]
+        gbuf = sb.get("grad", table.num_grad_slots, dim)
+        gbuf[table.grad_offset:table.grad_offset + table.halo_ids.shape[0]] = grad_out[n:].detach().cpu()
+        dist.barrier()
+        got = gbuf[torch.from_numpy(table.grad_read_slots)].to(grad_out.device)
+        dist.barrier()
+        g = grad_out[:n].clone()
+        g.index_add_(0, torch.from_numpy(table.grad_read_pos).to(grad_out.device), got)
+        return g, None, None
+
+
+def graph_allgather(local_embeddings: torch.Tensor, table: RankTable | SwapTable,
+                    stats: AllgatherStats | None = None) -> torch.Tensor:
+    """Rows ``[inner | halo]`` of this rank: its own embeddings plus the halo embeddings
+    fetched according to ``table`` (DGCL §4.2).  Differentiable: the gradient of a
+    halo row is sent back to (and summed at) its owner."""
+    if isinstance(table, SwapTable):
+        return _SwapAllgather.apply(local_embeddings, table, stats)
+    if table.world_size == 1:
+        return local_embeddings
+    return _PlannedAllgather.apply(local_embeddings, table, stats)
+
+
+def rank_tables(planner: str, rel: CommRelation, topology: Any = None, seed: int = 0,
+                **kw: Any) -> list[RankTable] | list[SwapTable]:
+    """Executable tables of every rank for ``planner`` in ``{p2p, spst, swap}``."""
+    from gnnflow.dist.plan import make_plan
+
+    if planner == "swap":
+        return swap_tables(rel)
+    return make_plan(planner, rel, topology, seed, **kw).tables()
