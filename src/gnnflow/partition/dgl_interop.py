@@ -45,7 +45,7 @@ def store_to_dgl(store: Any) -> Any:
                    torch.from_numpy(edge_dst(indptr))), num_nodes=store.num_nodes)
     if store.features is not None:
         g.ndata["feat"] = torch.from_numpy(np.array(store.features))
-    g.ndata["label"] = torch.from_numpy(np.asarray(store.labels, dtype=np.int64))
+    g.ndata["label"] = torch.from_numpy(np.array(store.labels, dtype=np.int64))
     for split in ("train", "val", "test"):
         mask = torch.zeros(store.num_nodes, dtype=torch.bool)
         mask[torch.from_numpy(np.asarray(store.split(split), dtype=np.int64))] = True
