@@ -99,7 +99,7 @@ def test_delay_decides_arrival_iteration(delay):
                 assert values == [1000 * (e - 1) + 10 * (m - 1 - delay) + layer], (e, k, layer, values)
         row_bytes = (3 + 2) * 4
         assert res["pushed"] == [2 * (m - delay) * SOLID_PER_RANK * (world - 1)] * 2
-        assert res["bytes"] == [p * row_bytes for p in res["pushed"]]
+        assert res["bytes"] == [p * row_bytes + 8 * (world - 1) * (m - delay) * 2 for p in res["pushed"]]
 
 
 def test_life_span_shorter_than_gap_expires_between_epochs():

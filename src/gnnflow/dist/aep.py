@@ -113,7 +113,7 @@ class LayerPushStats:
     pushed: int = 0  # embeddings sent to remote ranks (after the nc cap)
     eligible: int = 0  # mini-batch solid vertices found in some db_halo (before the cap)
     received: int = 0  # embeddings received and stored
-    bytes_sent: int = 0  # payload bytes to remote ranks (embeddings + tags)
+    bytes_sent: int = 0  # bytes to remote ranks: embeddings + tags + the row counts
     bytes_received: int = 0
     pushes: int = 0  # all-to-alls issued
     wait_s: float = 0.0  # time blocked in comm_wait (line 8)
@@ -250,7 +250,8 @@ class EmbeddingPush:
         row_bytes = send[0].element_size() * send[0].shape[1]
         remote_sent = sum(int(s.shape[0]) for q, s in enumerate(send) if q != self.rank)
         st.pushed += remote_sent
-        st.bytes_sent += remote_sent * row_bytes
+        # payload rows plus the int64 row count each peer receives first
+        st.bytes_sent += remote_sent * row_bytes + 8 * (self.world_size - 1)
         st.pushes += 1
         return pending
 
@@ -261,6 +262,7 @@ class EmbeddingPush:
         st.wait_s += time.perf_counter() - t0
         cache = self.caches[layer]
         rows = torch.cat([p for q, p in enumerate(parts) if q != self.rank], 0) if self.world_size > 1 else parts[0][:0]
+        st.bytes_received += 8 * (self.world_size - 1)  # the row counts
         if rows.numel():
             tags, emb = unpack_rows(rows, cache.dim)
             cache.store(tags, emb)
