@@ -316,6 +316,7 @@ class MiniBatchStrategy(Strategy):
         logits = self.model(mb.blocks, mb.inputs)
         mb.meta["logits"] = logits.detach()
         loss = F.cross_entropy(logits, mb.labels, reduction="sum") / max(1, mb.meta["global_batch"])
+        mb.meta["loss"] = loss.detach()  # this rank's share of the global mean loss
         if self.use_ddp and world()[1] > 1:
             loss = loss * world()[1]  # DDP averages the gradients over ranks; we want their sum
         return loss

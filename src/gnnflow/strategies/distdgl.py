@@ -1,0 +1,320 @@
+"""The peer baseline: DGL 1.1.3's own DistDGL on the SAME partitions (DistDGLv2 §3.3).
+
+``--strategy distdgl`` trains with DGL's distributed stack: ``DistGraphServer``
+processes hold the partitions (graph structure + KVStore features), each
+trainer opens a ``DistGraph``, draws its targets with ``node_split``, samples
+with ``DistNodeDataLoader`` + ``NeighborSampler`` (remote neighbourhoods via
+RPC to the owning server) and trains DGL's own layers (``SAGEConv`` /
+``GraphConv`` / ``GATConv``) under PyTorch ``DistributedDataParallel``.  The
+partition book is converted with
+:func:`gnnflow.partition.dgl_interop.write_dgl_partitions` (DGL's writer with
+the book's node assignment), so both systems run on identical partitions.
+
+Launch (what DGL's ``tools/launch.py`` does, on this machine): the gnnflow
+launcher starts the P trainer ranks; rank 0 writes an ``ip_config`` with one
+line per partition ("machine") ``127.0.0.1 <port>`` and starts one server
+process per partition with ``DGL_ROLE=server``, ``DGL_SERVER_ID=i``,
+``DGL_NUM_SERVER=1``, ``DGL_NUM_CLIENT=P``, ``DGL_CONF_PATH``,
+``DGL_IP_CONFIG``, ``DGL_GRAPH_FORMAT=csc``; trainers run with
+``DGL_DIST_MODE=distributed``, ``DGL_ROLE=client``, ``DGL_NUM_SAMPLER=0``.
+Servers die with rank 0 (``PR_SET_PDEATHSIG``), so a failed run leaves no
+process behind; on success DGL's ``exit_client`` shuts them down.
+
+DGL limitation and the two patches that work around it.  DGL assumes one
+machine (IP address) per partition: "We cannot run multiple servers and
+clients on the same machine" (DGL's own tests).  On one host,
+
+1. every client would take machine id 0 (``get_local_machine_id`` matches the
+   first ip_config line with a local address), so trainer r is told its
+   machine is r (``rpc_client.get_local_machine_id`` patched);
+2. the servers' KVStore shared-memory segments are named only by the data
+   name (``node~_N~feat-kvdata-``) and would collide, so every server/trainer
+   pair of partition r suffixes those names with ``-gnnflow-m<r>``
+   (``kvstore.empty_shared_mem`` wrapped), and each partition's copy of the
+   partition config gets its own graph name (``<name>_m<r>``) so the graph
+   structure and partition book segments are distinct too.
+
+Everything else — sampling, KVStore pulls, partition policy, DDP — is DGL's
+code.  With those patches each trainer reads its local partition through
+shared memory and remote ones through RPC, as on a real cluster.  What is not
+possible here: DGL's separate sampler processes (``DGL_NUM_SAMPLER>0``) are
+not used (2 cores), and there is no network between "machines".
+"""
+
+from __future__ import annotations
+
+import atexit
+import ctypes
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+from gnnflow.errors import ConfigError, DistributedError
+from gnnflow.results.schema import Recorder
+from gnnflow.strategies.base import RankContext, Strategy
+
+SPLITS = ("train", "val", "test")
+_SHM_SUFFIX_ENV = "GNNFLOW_DGL_SHM_SUFFIX"
+
+
+# ---------------------------------------------------------------------------- DGL on one host
+def _patch_dgl_for_one_host(machine: int) -> None:
+    """The two one-host patches described in the module docstring (idempotent per process)."""
+    from dgl.distributed import kvstore, rpc_client
+
+    suffix = f"-gnnflow-m{machine}"
+    if getattr(kvstore, "_gnnflow_suffix", None) is None:
+        original = kvstore.empty_shared_mem
+
+        def empty_shared_mem(name: str, *args: Any, **kwargs: Any) -> Any:
+            return original(name + kvstore._gnnflow_suffix, *args, **kwargs)
+
+        kvstore.empty_shared_mem = empty_shared_mem
+    kvstore._gnnflow_suffix = suffix
+    rpc_client.get_local_machine_id = lambda _namebook: machine
+
+
+def dgl_partitions(book_path: str, graph_path: str, num_parts: int) -> list[Path]:
+    """DGL layout of ``book_path`` (written once, next to the book) and one config per partition."""
+    from gnnflow.partition.dgl_interop import write_dgl_partitions
+
+    book = Path(book_path).resolve()
+    out = book.parent / f"{book.name}.dgl"
+    name = "gnnflow"
+    conf = out / f"{name}.json"
+    if not conf.exists():
+        write_dgl_partitions(book, graph_path, out, name)
+    cfg = json.loads(conf.read_text())
+    if int(cfg["num_parts"]) != num_parts:
+        raise ConfigError(f"{conf}: {cfg['num_parts']} DGL partitions for {num_parts} trainers; "
+                          "--strategy distdgl needs a one-level book with as many parts as --workers")
+    confs = []
+    for r in range(num_parts):
+        per = dict(cfg, graph_name=f"{name}_m{r}")
+        path = out / f"{name}_m{r}.json"
+        if not path.exists() or json.loads(path.read_text()) != per:
+            tmp = path.with_suffix(f".tmp{os.getpid()}")
+            tmp.write_text(json.dumps(per, indent=2, sort_keys=True))
+            os.replace(tmp, path)
+        confs.append(path)
+    return confs
+
+
+def _set_pdeathsig() -> None:  # runs in the server child before exec
+    try:
+        ctypes.CDLL("libc.so.6").prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
+def start_servers(confs: list[Path], ip_config: Path, num_clients: int) -> list[subprocess.Popen]:
+    """One ``DistGraphServer`` process per partition, killed if this process dies."""
+    procs = []
+    for i, conf in enumerate(confs):
+        env = dict(os.environ, DGL_ROLE="server", DGL_SERVER_ID=str(i), DGL_NUM_SERVER="1",
+                   DGL_NUM_CLIENT=str(num_clients), DGL_CONF_PATH=str(conf), DGL_IP_CONFIG=str(ip_config),
+                   DGL_GRAPH_FORMAT="csc", DGL_DIST_MODE="distributed", DGL_NUM_SAMPLER="0",
+                   OMP_NUM_THREADS="1", DGLBACKEND="pytorch")
+        procs.append(subprocess.Popen([sys.executable, "-m", "gnnflow.strategies.distdgl", "server"], env=env,
+                                      preexec_fn=_set_pdeathsig, stdout=subprocess.DEVNULL))
+    return procs
+
+
+def _server_main() -> None:
+    """Body of a server process (environment as DGL's launch.py sets it)."""
+    from dgl.distributed import DistGraphServer
+
+    server_id = int(os.environ["DGL_SERVER_ID"])
+    _patch_dgl_for_one_host(server_id)
+    serv = DistGraphServer(server_id, os.environ["DGL_IP_CONFIG"], int(os.environ["DGL_NUM_SERVER"]),
+                           int(os.environ["DGL_NUM_CLIENT"]), os.environ["DGL_CONF_PATH"],
+                           graph_format=os.environ["DGL_GRAPH_FORMAT"].split(","))
+    serv.start()
+
+
+# ---------------------------------------------------------------------------- DGL models
+class DGLModel(torch.nn.Module):
+    """DGL's own layers with the same hyperparameters as :func:`gnnflow.nn.build_model`."""
+
+    def __init__(self, model: str, in_dim: int, hidden: int, out_dim: int, num_layers: int, dropout: float,
+                 heads: int) -> None:
+        super().__init__()
+        import dgl.nn as dglnn
+
+        self.model = model
+        self.layers = torch.nn.ModuleList()
+        dims = [in_dim] + [hidden] * (num_layers - 1) + [out_dim]
+        for i in range(num_layers):
+            last = i == num_layers - 1
+            if model == "sage":
+                self.layers.append(dglnn.SAGEConv(dims[i], dims[i + 1], "mean"))
+            elif model == "gcn":
+                self.layers.append(dglnn.GraphConv(dims[i], dims[i + 1], allow_zero_in_degree=True))
+            else:
+                h = 1 if last else heads
+                d_in = dims[i] if i == 0 else dims[i] * heads
+                self.layers.append(dglnn.GATConv(d_in, dims[i + 1], h, allow_zero_in_degree=True))
+        self.dropout = torch.nn.Dropout(dropout)
+
+    def forward(self, blocks: list[Any], x: torch.Tensor) -> torch.Tensor:
+        h = x
+        for i, (layer, block) in enumerate(zip(self.layers, blocks, strict=True)):
+            h = layer(block, h)
+            if self.model == "gat":
+                h = h.flatten(1) if i < len(self.layers) - 1 else h.mean(1)
+            if i < len(self.layers) - 1:
+                h = self.dropout(F.relu(h))
+        return h
+
+
+# ---------------------------------------------------------------------------- the strategy
+class DistDGLBaseline(Strategy):
+    """DGL's DistDGL (DistGraph, DistNodeDataLoader, DDP) on the partition book's partitions."""
+
+    name = "distdgl"
+    distributed = True
+
+    def __init__(self, cfg: Any, ctx: RankContext) -> None:
+        super().__init__(cfg, ctx)
+        self.servers: list[subprocess.Popen] = []
+
+    def prepare(self) -> None:
+        import dgl
+        import dgl.distributed as dgld
+
+        from gnnflow.dist.comm import world
+        from gnnflow.dist.launch import free_port
+        from gnnflow.strategies.common import make_optimizer, seed_everything
+
+        cfg = self.cfg
+        rank, size = world()
+        if not cfg.partition:
+            raise ConfigError("--strategy distdgl needs --partition (a partition book with --workers parts)")
+        if size < 2 and not dist.is_initialized():
+            raise ConfigError("--strategy distdgl runs with --workers >= 2 (DGL's servers + trainers)")
+        shared: list[Any] = [None]
+        if rank == 0:
+            from gnnflow.partition.book import PartitionBook
+
+            book = PartitionBook.open(cfg.partition)
+            confs = dgl_partitions(cfg.partition, str(book.graph_path), size)
+            ip_dir = Path(tempfile.mkdtemp(prefix="gnnflow-dgl-"))
+            ip_config = ip_dir / "ip_config.txt"
+            ip_config.write_text("".join(f"127.0.0.1 {free_port()}\n" for _ in range(size)))
+            self.servers = start_servers(confs, ip_config, size)
+            atexit.register(self._stop_servers)  # runs after DGL's exit_client (registered later)
+            shared = [(str(ip_config), [str(c) for c in confs])]
+        dist.broadcast_object_list(shared, 0)
+        ip_config, confs = shared[0]
+        os.environ.update(DGL_DIST_MODE="distributed", DGL_ROLE="client", DGL_NUM_SAMPLER="0",
+                          DGL_NUM_SERVER="1", DGL_NUM_CLIENT=str(size), DGL_GROUP_ID="0",
+                          DGL_IP_CONFIG=ip_config, DGL_CONF_PATH=confs[rank])
+        _patch_dgl_for_one_host(rank)
+        dgld.initialize(ip_config)
+        self.g = dgld.DistGraph(f"gnnflow_m{rank}", part_config=confs[rank])
+        pb = self.g.get_partition_book()
+        self.split_nids = {s: dgld.node_split(self.g.ndata[f"{s}_mask"], pb, force_even=True) for s in SPLITS}
+        feat_dim = int(self.g.ndata["feat"].shape[1])
+        num_classes = self._num_classes()
+        sampler = dgl.dataloading.NeighborSampler(list(cfg.fanouts))
+        self.loader = dgl.dataloading.DistNodeDataLoader(
+            self.g, self.split_nids["train"], sampler, batch_size=cfg.batch_size, shuffle=True, drop_last=False)
+        seed_everything(cfg.seed)
+        torch.manual_seed(cfg.seed)
+        net = DGLModel(cfg.model, feat_dim, cfg.hidden, num_classes, cfg.num_layers, cfg.dropout, cfg.heads)
+        self.net = net
+        self.model = torch.nn.parallel.DistributedDataParallel(net)
+        self.optimizer = make_optimizer(net, cfg)
+        self._check_equal_batches()
+
+    def _num_classes(self) -> int:
+        from gnnflow.partition.book import PartitionBook
+
+        return int(PartitionBook.open(self.cfg.partition).meta["num_classes"])
+
+    def _check_equal_batches(self) -> None:
+        n = torch.tensor([len(self.loader)])
+        allc = [torch.zeros_like(n) for _ in range(dist.get_world_size())]
+        dist.all_gather(allc, n)
+        if len({int(c) for c in allc}) != 1:  # DDP would hang; node_split(force_even) prevents this
+            raise DistributedError(f"DistDGL trainers got unequal batch counts {[int(c) for c in allc]}")
+
+    def run_epoch(self, epoch: int, rec: Recorder) -> float:
+        self.model.train()
+        losses = []
+        it = iter(self.loader)
+        while True:
+            t = time.perf_counter()
+            try:
+                input_nodes, seeds, blocks = next(it)
+            except StopIteration:
+                break
+            rec.add_time("sample", time.perf_counter() - t)
+            with rec.timer("load"):
+                x = self.g.ndata["feat"][input_nodes]
+                y = self.g.ndata["label"][seeds].long()
+            rec.count("sampled_edges", sum(b.num_edges() for b in blocks))
+            rec.count("features_loaded", int(input_nodes.shape[0]))
+            with rec.timer("forward_backward"):
+                self.optimizer.zero_grad()
+                loss = F.cross_entropy(self.model(blocks, x), y)
+                loss.backward()  # DDP all-reduces the gradients inside backward
+            with rec.timer("step"):
+                self.optimizer.step()
+            rec.count("iterations")
+            losses.append(float(loss.detach()))
+        return float(np.mean(losses)) if losses else float("nan")
+
+    @torch.no_grad()
+    def evaluate(self) -> dict[str, float]:
+        import dgl
+
+        self.model.eval()
+        sampler = dgl.dataloading.MultiLayerFullNeighborSampler(self.cfg.num_layers)
+        counts = []
+        for split in SPLITS:
+            loader = dgl.dataloading.DistNodeDataLoader(self.g, self.split_nids[split], sampler,
+                                                        batch_size=4096, shuffle=False, drop_last=False)
+            correct = total = 0
+            for input_nodes, seeds, blocks in loader:
+                pred = self.net(blocks, self.g.ndata["feat"][input_nodes]).argmax(1)
+                correct += int((pred == self.g.ndata["label"][seeds]).sum())
+                total += int(seeds.shape[0])
+            counts += [correct, total]
+        t = torch.tensor(counts, dtype=torch.float64)
+        dist.all_reduce(t)
+        return {f"{s}_acc": float(t[2 * i] / max(1.0, float(t[2 * i + 1]))) for i, s in enumerate(SPLITS)}
+
+    def close(self) -> None:
+        """Leave DGL's distributed module (rank 0's client shuts the servers down), reap servers."""
+        import dgl.distributed as dgld
+
+        if getattr(self, "g", None) is not None:
+            self.g = None
+            self.loader = None
+            dgld.exit_client()
+        self._stop_servers()
+
+    def _stop_servers(self) -> None:
+        deadline = time.monotonic() + 10
+        for p in self.servers:
+            try:
+                p.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait(2)
+
+
+if __name__ == "__main__" and sys.argv[1:] == ["server"]:
+    _server_main()
