@@ -1,0 +1,139 @@
+"""`import` source, the prepare/info CLI, and bad-input handling (acceptance 4)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from gnnflow.cli import main as cli
+from gnnflow.data.store import open_store
+
+
+def _byo(d, n=30, fmt="npy", split="idx", seed=0):
+    """A bring-your-own-graph directory: ring + chords, features, labels, split."""
+    rng = np.random.default_rng(seed)
+    d.mkdir(parents=True, exist_ok=True)
+    src = np.concatenate([np.arange(n), rng.integers(0, n, n)])
+    dst = np.concatenate([(np.arange(n) + 1) % n, rng.integers(0, n, n)])
+    if fmt == "npy":
+        np.save(d / "edges.npy", np.stack([src, dst], axis=1))
+    elif fmt == "csv":
+        pd.DataFrame({"src": src, "dst": dst}).to_csv(d / "edges.csv", index=False)
+    elif fmt == "parquet":
+        pd.DataFrame({"src": src, "dst": dst}).to_parquet(d / "edges.parquet")
+    np.save(d / "features.npy", rng.standard_normal((n, 5)).astype(np.float32))
+    np.save(d / "labels.npy", rng.integers(0, 3, n))
+    if split == "idx":
+        np.save(d / "train_idx.npy", np.arange(0, 10))
+        np.save(d / "val_idx.npy", np.arange(10, 20))
+        np.save(d / "test_idx.npy", np.arange(20, n))
+    elif split == "mask":
+        for name, lo, hi in (("train", 0, 12), ("val", 12, 18), ("test", 18, n)):
+            m = np.zeros(n, bool)
+            m[lo:hi] = True
+            np.save(d / f"{name}_mask.npy", m)
+    return src, dst
+
+
+@pytest.mark.parametrize("fmt,split", [("npy", "idx"), ("csv", "mask"), ("parquet", "none")])
+def test_import_formats(tmp_path, capsys, fmt, split):
+    src, dst = _byo(tmp_path / "in", fmt=fmt, split=split)
+    assert cli(["prepare", "import", str(tmp_path / "in"), "--out", str(tmp_path / "g")]) == 0
+    s = open_store(tmp_path / "g")
+    n = 30
+    keys = {(int(a), int(b)) for a, b in zip(src, dst, strict=True) if a != b}
+    keys |= {(b, a) for a, b in keys}
+    got = set()
+    for v in range(n):
+        got |= {(int(u), v) for u in s.indices[s.indptr[v]:s.indptr[v + 1]]}
+    assert got == keys
+    assert np.array_equal(s.labels, np.load(tmp_path / "in" / "labels.npy"))
+    assert np.array_equal(s.features, np.load(tmp_path / "in" / "features.npy"))
+    if split == "idx":
+        assert np.array_equal(s.train_idx, np.arange(10))
+    elif split == "mask":
+        assert np.array_equal(s.val_idx, np.arange(12, 18))
+    else:
+        assert s.meta["split"].startswith("random")
+        assert len(s.train_idx) + len(s.val_idx) + len(s.test_idx) == n
+    info = json.loads(capsys.readouterr().out)
+    assert info["statistics"]["num_nodes"] == n
+
+
+def test_info_prints_statistics_and_verifies_checksums(tmp_path, capsys):
+    assert cli(["prepare", "synthetic", "--out", str(tmp_path / "g"), "--nodes", "400",
+                "--avg-degree", "6", "--classes", "4", "--feature-dim", "8"]) == 0
+    capsys.readouterr()
+    assert cli(["info", str(tmp_path / "g"), "--verify-checksums"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    st = info["statistics"]
+    assert st["num_nodes"] == 400 and st["num_edges"] == 2400
+    assert st["in_degree"]["mean"] == 6.0 and st["isolated_vertices"] == 0
+    assert sum(st["class_histogram"]) == 400 and len(st["class_histogram"]) == 4
+    assert st["splits"] == {"train": 200, "val": 80, "test": 120}
+    assert info["checksums_ok"] and "checksums" not in info["meta"]
+    # A changed array is caught.
+    lab = np.load(tmp_path / "g" / "labels.npy")
+    lab[0] = (lab[0] + 1) % 4
+    np.save(tmp_path / "g" / "labels.npy", lab)
+    assert cli(["info", str(tmp_path / "g"), "--verify-checksums"]) == 1
+    assert "checksum mismatch in labels.npy" in capsys.readouterr().err
+
+
+def test_existing_output_refused_then_overwritten(tmp_path, capsys):
+    args = ["prepare", "synthetic", "--out", str(tmp_path / "g"), "--nodes", "100",
+            "--avg-degree", "4"]
+    assert cli(args) == 0
+    assert cli(args) == 1
+    assert "already exists" in capsys.readouterr().err
+    assert cli([*args, "--overwrite", "--seed", "3"]) == 0
+    assert open_store(tmp_path / "g").meta["generator"]["seed"] == 3
+
+
+def _fails(tmp_path, capsys, argv, needle):
+    out = tmp_path / "out"
+    assert cli([*argv, "--out", str(out)]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0, err  # one line
+    assert needle in err, err
+    assert not out.exists()
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".out")]  # no temp left
+    return err
+
+
+def test_bad_missing_file(tmp_path, capsys):
+    _byo(tmp_path / "in")
+    (tmp_path / "in" / "val_idx.npy").unlink()
+    _fails(tmp_path, capsys, ["prepare", "import", str(tmp_path / "in")], "val_idx.npy: missing")
+    (tmp_path / "in" / "edges.npy").unlink()
+    _fails(tmp_path, capsys, ["prepare", "import", str(tmp_path / "in")], "no edge list")
+
+
+def test_bad_truncated_npy(tmp_path, capsys):
+    _byo(tmp_path / "in")
+    f = tmp_path / "in" / "features.npy"
+    f.write_bytes(f.read_bytes()[:-40])
+    _fails(tmp_path, capsys, ["prepare", "import", str(tmp_path / "in")], "features.npy: cannot read")
+
+
+def test_bad_out_of_range_neighbour(tmp_path, capsys):
+    _byo(tmp_path / "in")
+    e = np.load(tmp_path / "in" / "edges.npy")
+    e[3, 1] = 30  # n = 30 (from features.npy)
+    np.save(tmp_path / "in" / "edges.npy", e)
+    _fails(tmp_path, capsys, ["prepare", "import", str(tmp_path / "in")],
+           "destination vertex id 30 is out of range [0, 30)")
+
+
+def test_bad_label_count(tmp_path, capsys):
+    _byo(tmp_path / "in")
+    np.save(tmp_path / "in" / "labels.npy", np.zeros(29, dtype=np.int64))
+    _fails(tmp_path, capsys, ["prepare", "import", str(tmp_path / "in")],
+           "labels.npy: 29 labels for 30 vertices")
+
+
+def test_bad_options_are_one_line(tmp_path, capsys):
+    _fails(tmp_path, capsys, ["prepare", "synthetic", "--homophily", "2"], "--homophily")
