@@ -79,10 +79,18 @@ class CommRelation:
 
     def classes(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``(class_owner, class_mask, class_of_vertex)``: vertices grouped by ``(s_u, D_u)``."""
-        key = self.owner * (np.int64(1) << np.int64(self.num_parts)) + self.dest_mask
-        uniq, inverse = np.unique(key, return_inverse=True)
-        cls_owner = uniq >> np.int64(self.num_parts)
-        cls_mask = uniq & ((np.int64(1) << np.int64(self.num_parts)) - 1)
+        bits = np.int64(self.num_parts)
+        key = self.owner * (np.int64(1) << bits) + self.dest_mask
+        if self.num_parts * (1 << self.num_parts) <= 1 << 24:  # small key space: counting, no sort
+            counts = np.bincount(key, minlength=1)
+            uniq = np.flatnonzero(counts).astype(np.int64)
+            lookup = np.zeros(counts.shape[0], dtype=np.int64)
+            lookup[uniq] = np.arange(uniq.shape[0])
+            inverse = lookup[key]
+        else:
+            uniq, inverse = np.unique(key, return_inverse=True)
+        cls_owner = uniq >> bits
+        cls_mask = uniq & ((np.int64(1) << bits) - 1)
         return cls_owner, cls_mask, inverse.astype(np.int64)
 
 
@@ -100,12 +108,21 @@ def comm_relation(indptr: np.ndarray, indices: np.ndarray, node_part: np.ndarray
         raise ConfigError(f"comm_relation supports at most 62 parts, got {p}")
     indptr = np.asarray(indptr, dtype=np.int64)
     src = np.asarray(indices, dtype=np.int64)
-    part = node_part.astype(np.int64, copy=False)
-    deg = np.diff(indptr)
-    dst_part = np.repeat(part, deg)
+    # narrow part ids keep the per-edge arrays small (memory bandwidth dominates here)
+    part = node_part.astype(np.int8 if p <= 127 else np.int64, copy=False)
+    dst_part = np.repeat(part, np.diff(indptr))
     cross = part[src] != dst_part
-    mask = np.zeros(n, dtype=np.int64)
-    np.bitwise_or.at(mask, src[cross], np.left_shift(np.int64(1), dst_part[cross]))
+    # one scatter into an [N, P] flag matrix, then pack each row into a 64-bit mask
+    flags = np.zeros(n * p, dtype=bool)
+    key = src[cross] * p
+    key += dst_part[cross]
+    flags[key] = True
+    del key, cross, dst_part
+    packed = np.packbits(flags.reshape(n, p), axis=1, bitorder="little")
+    wide = np.zeros((n, 8), dtype=np.uint8)
+    wide[:, : packed.shape[1]] = packed
+    mask = wide.view("<i8").reshape(n)
+    part = part.astype(np.int64)
     vertices = np.flatnonzero(mask).astype(np.int64)
     return CommRelation(p, node_part, vertices, part[vertices], mask[vertices])
 
@@ -316,8 +333,10 @@ def _class_units(rel: CommRelation, granularity: int, seed: int
     in a seeded random interleaving (Algorithm 1 shuffles the vertices first)."""
     rng = np.random.default_rng(seed)
     cls_owner, cls_mask, cls_of = rel.classes()
-    perm = rng.permutation(rel.vertices.shape[0])
-    order = perm[np.argsort(cls_of[perm], kind="stable")]  # shuffled inside each class
+    # group vertices by class (radix sort on a narrow int); which members of a class share a
+    # unit does not change any cost, so members stay in id order
+    narrow = cls_of.astype(np.int16) if cls_owner.shape[0] < (1 << 15) else cls_of
+    order = np.argsort(narrow, kind="stable")
     counts = np.bincount(cls_of, minlength=cls_owner.shape[0])
     bounds = np.r_[0, np.cumsum(counts)]
     units_v: list[np.ndarray] = []
@@ -328,7 +347,7 @@ def _class_units(rel: CommRelation, granularity: int, seed: int
         members = rel.vertices[order[bounds[c]:bounds[c + 1]]]
         dests = [j for j in range(rel.num_parts) if (int(cls_mask[c]) >> j) & 1]
         for piece in np.array_split(members, k):
-            units_v.append(np.sort(piece))
+            units_v.append(piece)
             units_owner.append(int(cls_owner[c]))
             units_dest.append(dests)
     shuffle = rng.permutation(len(units_v))
@@ -398,8 +417,10 @@ def plan_spst(rel: CommRelation, topo: Topology, seed: int = 0, granularity: int
     units_v, owners, dests = _class_units(rel, granularity, seed)
     m, nh = topo.num_devices, topo.num_hops
     inv = (1.0 / topo.hop_bw).tolist()
-    out_links: list[list[tuple[int, list[int], float]]] = [
-        [(j, topo.links[(i, j)], max(inv[h] for h in topo.links[(i, j)]))
+    # per device: (peer, first hop, its 1/bw, other hops, stand-alone 1/bw of the link)
+    out_links: list[list[tuple[int, int, float, tuple[int, ...], float]]] = [
+        [(j, topo.links[(i, j)][0], inv[topo.links[(i, j)][0]], tuple(topo.links[(i, j)][1:]),
+          max(inv[h] for h in topo.links[(i, j)]))
          for j in range(m) if (i, j) in topo.links]
         for i in range(m)
     ]
@@ -431,10 +452,14 @@ def plan_spst(rel: CommRelation, topo: Topology, seed: int = 0, granularity: int
                 if d >= m - 1:
                     continue
                 lt, st = loads[d], stage_t[d]
-                for y, hops, rinv in out_links[x]:
+                for y, h0, i0, rest, rinv in out_links[x]:
                     if y in settled or y in depth:
                         continue
-                    t = max((lt[h] + w) * inv[h] for h in hops)
+                    t = (lt[h0] + w) * i0
+                    for h in rest:
+                        t2 = (lt[h] + w) * inv[h]
+                        if t2 > t:
+                            t = t2
                     cand = (c + (t - st if t > st else 0.0), raw + w * rinv, nhops + 1)
                     if cand < best.get(y, inf):
                         best[y] = cand
