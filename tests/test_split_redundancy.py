@@ -15,7 +15,7 @@ def test_combine_split_counts_imbalance_and_cross_fraction():
     m = combine_split_counts(edges, cross)
     assert np.isclose(m["load_imbalance_l0"], (30 / 20 + 1.0) / 2)
     assert np.isclose(m["load_imbalance_max"], 1.5)
-    assert np.isclose(m["cross_fraction"], 6 / 60)
+    assert np.isclose(m["cross_edge_fraction"], 6 / 60)
 
 
 def test_data_parallel_microbatches_are_redundant():
@@ -29,4 +29,4 @@ def test_sampled_split_metrics_random_partition_cuts_most_edges():
     a = random_store_arrays(num_nodes=400, avg_degree=8, seed=2)
     node_part = np.random.default_rng(0).integers(0, 4, 400)
     m = sampled_split_metrics(a["indptr"], a["indices"], a["train_idx"], node_part, [5, 5], 64, iterations=3)
-    assert 0.6 < m["cross_fraction"] < 0.9  # ~3/4 of edges cross 4 random splits (GSplit Fig. 5 "Rand")
+    assert 0.6 < m["cross_edge_fraction"] < 0.9  # ~3/4 of edges cross 4 random splits (GSplit Fig. 5 "Rand")

@@ -105,7 +105,7 @@ def sampled_split_metrics(indptr: np.ndarray, indices: np.ndarray, train_idx: np
         m = split_metrics(sampler.sample_blocks(targets), node_part, parts)
         imb.append(m["load_imbalance"])
         cross.append(m["cross_fraction_total"])
-    return {"load_imbalance": np.mean(imb, axis=0).tolist(), "cross_fraction": float(np.mean(cross))}
+    return {"load_imbalance": np.mean(imb, axis=0).tolist(), "cross_edge_fraction": float(np.mean(cross))}
 
 
 def combine_split_counts(edges: np.ndarray, cross: np.ndarray) -> dict[str, float]:
@@ -113,7 +113,7 @@ def combine_split_counts(edges: np.ndarray, cross: np.ndarray) -> dict[str, floa
 
     ``load_imbalance_l{i}``: mean over iterations of max/mean edges per split at
     layer ``i`` (layer 0 = input layer); ``load_imbalance``: the mean over layers;
-    ``load_imbalance_max``: the worst iteration and layer; ``cross_fraction``:
+    ``load_imbalance_max``: the worst iteration and layer; ``cross_edge_fraction``:
     cross-split edges over all edges of the epoch's mini-batches (and per layer).
     """
     edges = np.asarray(edges, dtype=np.float64)
@@ -128,9 +128,9 @@ def combine_split_counts(edges: np.ndarray, cross: np.ndarray) -> dict[str, floa
     for i, v in enumerate(per_layer):
         out[f"load_imbalance_l{i}"] = float(v)
         tot = edges[:, :, i].sum()
-        out[f"cross_fraction_l{i}"] = float(cross[:, :, i].sum() / tot) if tot else 0.0
+        out[f"cross_edge_fraction_l{i}"] = float(cross[:, :, i].sum() / tot) if tot else 0.0
     out["load_imbalance"] = float(per_layer.mean())
     out["load_imbalance_max"] = float(ratio.max())
     total = edges.sum()
-    out["cross_fraction"] = float(cross.sum() / total) if total else 0.0
+    out["cross_edge_fraction"] = float(cross.sum() / total) if total else 0.0
     return out
