@@ -234,24 +234,23 @@ def read_ogb_hetero(root: Path, name: str) -> HeteroGraph:
     return hg
 
 
-def prepare_ogb(name: str, out: str | os.PathLike[str], *, raw_dir: Path | None = None,
+def prepare_ogb(dataset: str, out: str | os.PathLike[str], *, raw_dir: Path | None = None,
                 symmetrize: bool = True, reverse_edges: bool = True,
                 feature_fill: str = "neighbor-mean", seed: int = 0, overwrite: bool = False,
-                url: str | None = None, **kwargs: Any) -> GraphStore:
-    """Find (or download) an OGB node-property dataset and write it as a graph store."""
-    info = ogb_info(name)
-    root = find_raw_root(name, Path(raw_dir) if raw_dir is not None else None, url=url)
-    store_name = kwargs.get("name") or name
+                url: str | None = None, name: str | None = None) -> GraphStore:
+    """Find (or download) the OGB node-property ``dataset`` and write it as a graph store."""
+    info = ogb_info(dataset)
+    root = find_raw_root(dataset, Path(raw_dir) if raw_dir is not None else None, url=url)
+    ogb_meta = {"split": info["split"], "version": info["version"], "url": info["url"]}
     if info["is hetero"] == "True":
-        hg = read_ogb_hetero(root, name)
-        hg.name = store_name
+        hg = read_ogb_hetero(root, dataset)
+        hg.name = name or dataset
         return write_hetero_store(
             hg, out, overwrite=overwrite, reverse_edges=reverse_edges, feature_fill=feature_fill,
             seed=seed, source="ogb",
-            meta={"random_features": False, "raw_dir": str(root),
-                  "ogb": {"split": info["split"], "version": info["version"], "url": info["url"]}},
+            meta={"random_features": False, "raw_dir": str(root), "ogb": ogb_meta},
         )
-    data = read_ogb_homogeneous(root, name, symmetrize=symmetrize)
-    data["name"] = store_name
+    data = read_ogb_homogeneous(root, dataset, symmetrize=symmetrize)
+    data["name"] = name or dataset
     data["meta"]["raw_dir"] = str(root)
     return write_store(out, overwrite=overwrite, **data)

@@ -120,10 +120,11 @@ def read_planetoid(raw_dir: str | os.PathLike[str], name: str) -> dict[str, Any]
     }
 
 
-def prepare_planetoid(name: str, out: str | os.PathLike[str], *, raw_dir: str | os.PathLike[str],
-                      overwrite: bool = False, **kwargs: Any) -> GraphStore:
+def prepare_planetoid(dataset: str, out: str | os.PathLike[str], *,
+                      raw_dir: str | os.PathLike[str], overwrite: bool = False,
+                      name: str | None = None) -> GraphStore:
     """Convert Cora/CiteSeer/PubMed from ``raw_dir`` and write a graph store."""
-    data = read_planetoid(raw_dir, name)
-    if kwargs.get("name"):
-        data["name"] = kwargs["name"]
+    data = read_planetoid(raw_dir, dataset)
+    if name:
+        data["name"] = name
     return write_store(out, overwrite=overwrite, **data)
