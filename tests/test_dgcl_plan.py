@@ -10,11 +10,11 @@ from gnnflow.dist.plan import (
     model_swap,
     plan_p2p,
     plan_spst,
-    replication_factor,
     stage_cost,
 )
 from gnnflow.dist.topology import TopologyError, compile_topology, load_topology, preset_names
 from gnnflow.errors import GnnflowError
+from gnnflow.partition.metrics import replication_factor
 from tests.conftest import random_store_arrays
 
 

@@ -8,7 +8,8 @@
   fewest-hop device path) and ``spst`` (Algorithm 1 with the incremental link
   cost of Algorithm 2).  ``swap`` (through host memory, NeuGraph) and
   ``replication`` (K-hop halos, no communication) are modeled by
-  :func:`model_swap` and :func:`replication_factor`.
+  :func:`model_swap` and the K-hop replication factor
+  (:func:`gnnflow.partition.metrics.replication_factor`).
 * :func:`stage_cost` is the staged cost model of §5.1: per stage, a hop's time is
   its aggregate load over its bandwidth, a link's time the max over its hops,
   a stage's time the max over links; the total is the sum of stages.
@@ -518,21 +519,6 @@ def model_swap(rel: CommRelation, topo: Topology, feature_dim: int = 128, dtype_
     total, per_stage = stage_cost(loads, topo.hop_bw, feature_dim * dtype_bytes)
     return {"modeled_s": total, "stage_s": per_stage.tolist(), "written": int(sizes.sum()),
             "read": int(counts.sum())}
-
-
-def replication_factor(indptr: np.ndarray, indices: np.ndarray, node_part: np.ndarray,
-                       num_parts: int, layers: int) -> float:
-    """(assigned + replicated vertices over all parts) / |V| for ``layers``-hop halos (DGCL §3, Fig. 4)."""
-    from gnnflow.partition.book import khop_in_neighbourhood
-
-    node_part = np.asarray(node_part)
-    n = node_part.shape[0]
-    total = 0
-    for p in range(num_parts):
-        inner = np.flatnonzero(node_part == p)
-        hops = khop_in_neighbourhood(indptr, indices, inner, layers, n)
-        total += inner.shape[0] + sum(h.shape[0] for h in hops)
-    return total / n
 
 
 def make_plan(planner: str, rel: CommRelation, topo: Topology, seed: int = 0, **kw: Any) -> Plan:

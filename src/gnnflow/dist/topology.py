@@ -341,4 +341,4 @@ def write_topology(spec: dict[str, Any], out: str | os.PathLike[str]) -> None:
         else:
             import yaml
 
-            tmp.write_text(yaml.safe_dump(spec, sort_keys=False))
+            tmp.write_text(yaml.safe_dump(spec, sort_keys=False, default_flow_style=None))
