@@ -244,7 +244,7 @@ class DistDGLBaseline(Strategy):
         return int(PartitionBook.open(self.cfg.partition).meta["num_classes"])
 
     def _check_equal_batches(self) -> None:
-        n = torch.tensor([len(self.loader)])
+        n = torch.tensor([-(-len(self.split_nids["train"]) // self.cfg.batch_size)])
         allc = [torch.zeros_like(n) for _ in range(dist.get_world_size())]
         dist.all_gather(allc, n)
         if len({int(c) for c in allc}) != 1:  # DDP would hang; node_split(force_even) prevents this
