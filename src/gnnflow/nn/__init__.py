@@ -1,0 +1,25 @@
+"""Block layers and models in plain torch (CPU and CUDA): GraphSAGE, GCN, GAT, MLP.
+
+Each layer is ``layer(block, h_src) -> h_dst`` and knows nothing about where
+its block came from (sampled, full graph, a split, a partition), so every
+strategy reuses it unchanged (GSplit §5).
+"""
+
+from gnnflow.nn.gat import GATConv
+from gnnflow.nn.gcn import GCNConv
+from gnnflow.nn.model import GNN, MODEL_NAMES, DstLinear, build_model
+from gnnflow.nn.ops import edge_softmax, spmm_mean, spmm_sum
+from gnnflow.nn.sage import SAGEConv
+
+__all__ = [
+    "GATConv",
+    "GCNConv",
+    "GNN",
+    "MODEL_NAMES",
+    "DstLinear",
+    "SAGEConv",
+    "build_model",
+    "edge_softmax",
+    "spmm_mean",
+    "spmm_sum",
+]

@@ -44,7 +44,10 @@ class Block:
     indices: torch.Tensor
     src_deg: torch.Tensor | None = None
     dst_deg: torch.Tensor | None = None
-    _edge_dst: torch.Tensor | None = field(default=None, repr=False, compare=False)
+    #: derived structures (expanded destinations, transposed CSR) computed on first use
+    cache: dict[str, torch.Tensor | tuple[torch.Tensor, ...]] = field(
+        default_factory=dict, repr=False, compare=False
+    )
 
     @property
     def num_dst(self) -> int:
@@ -72,11 +75,14 @@ class Block:
 
     def edge_dst(self) -> torch.Tensor:
         """Local destination of every edge (CSR row index expanded), cached."""
-        if self._edge_dst is None:
-            self._edge_dst = torch.repeat_interleave(
+        out = self.cache.get("edge_dst")
+        if out is None:
+            out = torch.repeat_interleave(
                 torch.arange(self.num_dst, device=self.device), self.in_degrees(), output_size=self.num_edges
             )
-        return self._edge_dst
+            self.cache["edge_dst"] = out
+        assert isinstance(out, torch.Tensor)
+        return out
 
     def to(self, device: torch.device | str) -> Block:
         """A copy with every tensor on ``device`` (self when already there)."""
@@ -86,6 +92,7 @@ class Block:
         moved = {
             f.name: (getattr(self, f.name).to(device) if getattr(self, f.name) is not None else None)
             for f in fields(self)
+            if f.name != "cache"
         }
         return Block(**moved)
 

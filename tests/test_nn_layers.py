@@ -1,0 +1,127 @@
+"""Our block layers equal DGL 1.1.3's SAGEConv / GraphConv / GATConv given the same weights."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+from conftest import random_store_arrays
+
+os.environ.setdefault("DGLBACKEND", "pytorch")
+dgl = pytest.importorskip("dgl")
+dglnn = pytest.importorskip("dgl.nn.pytorch")
+
+from gnnflow.nn import GATConv, GCNConv, SAGEConv, build_model, edge_softmax, spmm_sum  # noqa: E402
+from gnnflow.sampling import Block, NeighborSampler  # noqa: E402
+
+TOL = 1e-5
+DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+
+
+def _sampled_block(fanout: int = 5, seed: int = 0) -> Block:
+    a = random_store_arrays(num_nodes=600, avg_degree=10, seed=seed)
+    sampler = NeighborSampler(a["indptr"], a["indices"], [fanout], seed=seed)
+    block, _ = sampler.sample_layer(torch.arange(0, 600, 3), fanout)
+    return block
+
+
+def _dgl_block(block: Block):
+    return dgl.create_block((block.indices, block.edge_dst()), num_src_nodes=block.num_src,
+                            num_dst_nodes=block.num_dst)
+
+
+def _pair(kind: str, d_in: int, d_out: int):
+    if kind == "sage":
+        return SAGEConv(d_in, d_out), dglnn.SAGEConv(d_in, d_out, "mean")
+    if kind.startswith("gcn"):
+        norm = kind.split("-")[1]
+        return GCNConv(d_in, d_out, norm=norm), dglnn.GraphConv(d_in, d_out, norm=norm)
+    return GATConv(d_in, d_out, heads=3), dglnn.GATConv(d_in, d_out, num_heads=3)
+
+
+def _compare(ours, theirs, block: Block, d_in: int, device: str) -> None:
+    torch.manual_seed(0)
+    ours.load_state_dict(theirs.state_dict())
+    ours, theirs = ours.to(device), theirs.to(device)
+    g = _dgl_block(block).to(device)
+    block = block.to(device)
+    x = torch.randn(block.num_src, d_in, device=device)
+    x1, x2 = x.clone().requires_grad_(), x.clone().requires_grad_()
+    out1, out2 = ours(block, x1), theirs(g, x2)
+    assert out1.shape == out2.shape
+    assert (out1 - out2).abs().max().item() <= TOL
+    w = torch.randn_like(out1)
+    (out1 * w).sum().backward()
+    (out2 * w).sum().backward()
+    # gradients sum over many rows: compare at float32 rounding relative to their scale
+    assert _rel(x1.grad, x2.grad) <= TOL
+    p2 = dict(theirs.named_parameters())
+    for name, p in ours.named_parameters():
+        assert _rel(p.grad, p2[name].grad) <= TOL, name
+
+
+def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
+    return ((a - b).abs().max() / b.abs().max().clamp(min=1.0)).item()
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("kind", ["sage", "gcn-both", "gcn-right", "gat"])
+@pytest.mark.parametrize("dims", [(16, 8), (8, 16)])  # projection before / after aggregation
+def test_layer_equals_dgl(kind, dims, device):
+    block = _sampled_block()
+    ours, theirs = _pair(kind, *dims)
+    _compare(ours, theirs, block, dims[0], device)
+
+
+@pytest.mark.parametrize("kind", ["sage", "gcn-both", "gcn-right", "gat"])
+def test_layer_equals_dgl_on_full_graph(kind):
+    a = random_store_arrays(num_nodes=300, avg_degree=8, seed=7)
+    block = Block.full_graph(a["indptr"], a["indices"])
+    ours, theirs = _pair(kind, 12, 6)
+    _compare(ours, theirs, block, 12, "cpu")
+
+
+def test_gcn_uses_global_degrees_when_given():
+    block = _sampled_block()
+    layer = GCNConv(4, 4)
+    x = torch.randn(block.num_src, 4)
+    local = layer(block, x)
+    block.src_deg = torch.full((block.num_src,), 4.0)
+    block.dst_deg = torch.full((block.num_dst,), 9.0)
+    glob = layer(block, x)
+    agg = spmm_sum(block, x * 0.5) @ layer.weight / 3.0 + layer.bias
+    assert torch.allclose(glob, agg, atol=1e-5)
+    assert not torch.allclose(local, glob)
+
+
+def test_edge_softmax_sums_to_one_per_destination():
+    block = _sampled_block()
+    logits = torch.randn(block.num_edges, 2) * 10
+    a = edge_softmax(block, logits)
+    sums = torch.zeros(block.num_dst, 2).index_add_(0, block.edge_dst(), a)
+    has_edges = block.in_degrees() > 0
+    assert torch.allclose(sums[has_edges], torch.ones_like(sums[has_edges]), atol=1e-6)
+
+
+def test_weighted_spmm_gradients_match_autograd_reference():
+    block = _sampled_block(fanout=4)
+    x = torch.randn(block.num_src, 2, 3, dtype=torch.float64, requires_grad=True)
+    w = torch.rand(block.num_edges, 2, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda x, w: spmm_sum(block, x, w), (x, w))
+
+
+@pytest.mark.parametrize("model", ["sage", "gcn", "gcn-right", "gat", "mlp"])
+def test_model_forward_and_layer_step(model):
+    a = random_store_arrays(num_nodes=300, avg_degree=8, seed=1)
+    blocks = NeighborSampler(a["indptr"], a["indices"], [4, 3], seed=0).sample_blocks(torch.arange(10))
+    net = build_model(model, 8, 16, 4, 2, dropout=0.0, heads=2)
+    x = torch.randn(blocks[0].num_src, 8)
+    out = net(blocks, x)
+    assert out.shape == (10, 4)
+    h = x
+    for i, b in enumerate(blocks):
+        h = net.layer_step(i, b, h)
+    assert torch.equal(h, out)
+    out.sum().backward()
+    assert all(p.grad is not None for p in net.parameters())
