@@ -51,14 +51,16 @@ def edge_keys(src: np.ndarray, dst: np.ndarray, num_nodes: int, symmetrize: bool
 
 
 def csr_from_keys(
-    keys: np.ndarray, num_nodes: int, drop_self_loops: bool = True, dedup: bool = True
+    keys: np.ndarray, num_nodes: int, drop_self_loops: bool = True, dedup: bool = True,
+    presorted: bool = False,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Sort ``keys`` in place and return ``(indptr, indices)``.
+    """Sort ``keys`` in place (unless ``presorted``) and return ``(indptr, indices)``.
 
     ``keys`` is consumed (sorted and possibly compacted).
     """
     n = np.int64(num_nodes)
-    keys.sort()
+    if not presorted:
+        keys.sort()
     if keys.size:
         keep = None
         if dedup:

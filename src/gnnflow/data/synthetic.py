@@ -82,29 +82,31 @@ def _check(num_nodes: int, avg_degree: float, feature_dim: int, num_classes: int
 
 
 class EndpointSampler:
-    """Draws vertices proportional to weight, globally or within one class."""
+    """Draws vertices proportional to weight, globally or within one class.
 
-    def __init__(self, weights: np.ndarray, labels: np.ndarray, num_classes: int) -> None:
-        self.order = np.argsort(labels, kind="stable")  # vertices grouped by class
-        self.cum = np.cumsum(weights[self.order])
-        self.total = float(self.cum[-1])
-        counts = np.bincount(labels, minlength=num_classes)
-        self.class_end = np.cumsum(counts)  # exclusive end position per class
-        self.class_start = self.class_end - counts
-        starts_cum = np.concatenate([[0.0], self.cum])
-        self.class_cum_lo = starts_cum[self.class_start]
-        self.class_cum_hi = starts_cum[self.class_end]
+    Weights are rounded to integer copies (at least ``copies_per_unit``) in an
+    urn laid out class by class, so a draw is one random index into the urn
+    (one memory access, instead of a binary search over cumulative weights).
+    """
+
+    def __init__(self, weights: np.ndarray, labels: np.ndarray, num_classes: int,
+                 copies_per_unit: float = 4.0) -> None:
+        order = np.argsort(labels, kind="stable")  # vertices grouped by class
+        copies = np.maximum(1, np.rint(weights * (copies_per_unit / weights.min()))).astype(np.int64)
+        idx_dtype = np.int32 if labels.shape[0] < 2**31 else np.int64
+        self.urn = np.repeat(order.astype(idx_dtype), copies[order])
+        per_class = np.bincount(labels, weights=copies, minlength=num_classes).astype(np.int64)
+        self.class_end = np.cumsum(per_class)  # exclusive end position per class in the urn
+        self.class_len = per_class
         self.labels = labels
 
     def global_(self, rng: np.random.Generator, k: int) -> np.ndarray:
-        pos = np.searchsorted(self.cum, rng.random(k) * self.total, side="right")
-        return self.order[np.minimum(pos, self.cum.shape[0] - 1)]
+        return self.urn[rng.integers(0, self.urn.shape[0], k)].astype(np.int64)
 
     def within(self, rng: np.random.Generator, classes: np.ndarray) -> np.ndarray:
-        lo, hi = self.class_cum_lo[classes], self.class_cum_hi[classes]
-        pos = np.searchsorted(self.cum, lo + rng.random(classes.shape[0]) * (hi - lo), side="right")
-        pos = np.clip(pos, self.class_start[classes], self.class_end[classes] - 1)
-        return self.order[pos]
+        length = self.class_len[classes]
+        pos = self.class_end[classes] - length + (rng.random(classes.shape[0]) * length).astype(np.int64)
+        return self.urn[pos].astype(np.int64)
 
     def partners(self, rng: np.random.Generator, u: np.ndarray, homophily: float) -> np.ndarray:
         same = rng.random(u.shape[0]) < homophily
@@ -122,35 +124,63 @@ def _pair_keys(u: np.ndarray, v: np.ndarray, n: np.int64) -> np.ndarray:
     return keys
 
 
+def _sorted_unique(keys: np.ndarray, presorted: bool = False) -> np.ndarray:
+    """Distinct values of ``keys`` (sorted in place first); cheaper than ``np.unique``."""
+    if not presorted:
+        keys.sort()
+    if keys.size == 0:
+        return keys
+    keep = np.empty(keys.shape[0], dtype=bool)
+    keep[0] = True
+    np.not_equal(keys[1:], keys[:-1], out=keep[1:])
+    return keys[keep]
+
+
 def _sample_pairs(rng: np.random.Generator, sampler: EndpointSampler, num_nodes: int,
                   num_pairs: int, homophily: float) -> np.ndarray:
     """Exactly ``num_pairs`` distinct undirected pair keys (sorted)."""
     n = np.int64(num_nodes)
-    # Pass 1: one edge per vertex, so nobody is isolated.
+    # Pass 1: one edge per vertex, so nobody starts isolated.
     first = min(num_nodes, num_pairs)
     u0 = rng.permutation(num_nodes)[:first].astype(np.int64)
     parts = [_pair_keys(u0, sampler.partners(rng, u0, homophily), n)]
-    kept = np.empty(0, dtype=np.int64)  # distinct keys in order of first appearance
+    kept = np.empty(0, dtype=np.int64)
     need = num_pairs - first
     for _round in range(10):
         for start in progress(range(0, need, _CHUNK), desc="synthetic: sampling edges"):
             k = min(_CHUNK, need - start)
             u = sampler.global_(rng, k)
             parts.append(_pair_keys(u, sampler.partners(rng, u, homophily), n))
-        keys = np.concatenate([kept, *parts])
+        fresh = np.concatenate(parts)
         parts = []
-        keys = keys[keys >= 0]
-        # Keeping first appearances preserves pass 1 and earlier rounds on truncation.
-        uniq, first_idx = np.unique(keys, return_index=True)
+        fresh = _sorted_unique(fresh[fresh >= 0])
+        # kept and fresh are sorted runs: a stable sort (timsort) merges them linearly.
+        keys = np.concatenate([kept, fresh])
+        del fresh
+        keys.sort(kind="stable")
+        kept = _sorted_unique(keys, presorted=True)
         del keys
-        kept = uniq[np.argsort(first_idx, kind="stable")]
-        del uniq, first_idx
         if kept.shape[0] >= num_pairs:
-            return np.sort(kept[:num_pairs])
+            break
+        # Top up what duplicates and self-loops cost, with a little to spare.
         need = int((num_pairs - kept.shape[0]) * 1.1) + 64
-    raise ConfigError(
-        f"could not place {num_pairs} distinct edges on {num_nodes} vertices; lower --avg-degree"
-    )
+    else:
+        raise ConfigError(
+            f"could not place {num_pairs} distinct edges on {num_nodes} vertices; "
+            "lower --avg-degree"
+        )
+    excess = kept.shape[0] - num_pairs
+    if excess:
+        # Drop the spare edges at random among those whose endpoints keep >= 2 others.
+        lo = kept // n
+        hi = kept - lo * n
+        deg = np.bincount(lo, minlength=num_nodes) + np.bincount(hi, minlength=num_nodes)
+        cand = np.flatnonzero((deg[lo] >= 3) & (deg[hi] >= 3))
+        del lo, hi, deg
+        mask = np.ones(kept.shape[0], dtype=bool)
+        mask[rng.choice(cand, size=excess, replace=False)] = False
+        kept = kept[mask]
+    return kept
 
 
 def _write_features(rng: np.random.Generator, labels: np.ndarray, num_classes: int,
@@ -210,19 +240,22 @@ def generate_synthetic(
     pair_keys = _sample_pairs(rng, sampler, num_nodes, num_pairs, homophily)
     del sampler, weights
 
-    # Undirected pairs -> directed keys dst*N+src in both directions -> CSR.
+    # Undirected pairs -> directed keys dst*N+src in both directions -> CSR.  The pair
+    # keys lo*N+hi are sorted, so only the reversed half needs a sort; a stable sort
+    # (timsort) of the two sorted runs is then a linear merge.
     n = np.int64(num_nodes)
     m = pair_keys.shape[0]
     keys = np.empty(2 * m, dtype=np.int64)
     lo = pair_keys // n
     hi = pair_keys - lo * n
-    del pair_keys
     np.multiply(hi, n, out=keys[:m])
     keys[:m] += lo
-    np.multiply(lo, n, out=keys[m:])
-    keys[m:] += hi
-    del lo, hi
-    indptr, indices = csr_from_keys(keys, num_nodes, drop_self_loops=False, dedup=False)
+    keys[m:] = pair_keys
+    del lo, hi, pair_keys
+    keys[:m].sort()
+    keys.sort(kind="stable")
+    indptr, indices = csr_from_keys(keys, num_nodes, drop_self_loops=False, dedup=False,
+                                    presorted=True)
     del keys
 
     if features_out is not None:
