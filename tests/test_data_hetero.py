@@ -1,0 +1,140 @@
+"""Homogenization (DistDGLv2 §4.1.1): id spaces, maps both ways, round trips (acceptance 5)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from gnnflow.cli import main as cli
+from gnnflow.data.hetero import (
+    TypeMap,
+    hetero_equal,
+    heterogenize,
+    homogenize,
+    read_typed_dir,
+    to_homogeneous_id,
+    to_type_id,
+    validate_hetero,
+    write_typed_dir,
+)
+from gnnflow.data.hetero_synthetic import generate_synthetic_hetero, prepare_synthetic_hetero
+from gnnflow.data.store import open_store
+from gnnflow.errors import GnnflowError, StoreError
+
+SMALL = dict(num_papers=300, num_authors=400, num_institutions=20, num_fields=30, num_classes=4)
+
+
+@pytest.fixture
+def hetero_store(tmp_path):
+    return prepare_synthetic_hetero(tmp_path / "h", **SMALL)
+
+
+def test_contiguous_ids_and_type_metadata(hetero_store):
+    s = hetero_store
+    tm = validate_hetero(s)
+    counts = [400, 30, 20, 300]  # author, field_of_study, institution, paper (sorted)
+    assert s.meta["node_types"] == ["author", "field_of_study", "institution", "paper"]
+    assert s.meta["node_type_offsets"] == np.concatenate([[0], np.cumsum(counts)]).tolist()
+    nt = np.asarray(s.extra["node_type"])
+    assert nt.dtype == np.int32 and np.all(np.diff(nt) >= 0)
+    # Edge ids: contiguous per type; CSR slots carry type and id; endpoints match the triple.
+    et, eid = np.asarray(s.extra["edge_type"]), np.asarray(s.extra["edge_id"])
+    assert et.dtype == np.int32 and et.shape == (s.num_edges,)
+    assert np.array_equal(tm.to_type_eid(eid)[0], et)
+    assert len(s.meta["edge_types"]) == 8 and s.meta["reverse_edge_types"]
+    # Per-type features at their own dims, a common-dim features.npy, labels on papers only.
+    assert s.extra["features_paper"].shape == (300, 64)
+    assert s.extra["features_author"].shape == (400, 32)
+    assert s.extra["features_field_of_study"].shape == (30, 16)
+    assert "features_institution" not in s.extra
+    assert s.features.shape == (750, 64)
+    assert np.array_equal(s.features[450:], s.extra["features_paper"])
+    inst = s.features[430:450]
+    assert np.abs(inst).sum() > 0  # institutions filled from their authors
+    assert np.all(s.labels[:450] == -1) and np.all(s.labels[450:] >= 0)
+    tr = np.asarray(s.train_idx)
+    assert np.all(nt[tr] == 3)
+
+
+def test_round_trip_synthetic_hetero(hetero_store):
+    original = generate_synthetic_hetero(**SMALL)
+    assert hetero_equal(heterogenize(hetero_store), original) == []
+    # Reverse edge types are the original edges turned around.
+    back = heterogenize(hetero_store, include_reverse=True)
+    s, d = back.edges[("paper", "rev_writes", "author")]
+    assert np.array_equal(s, original.edges[("author", "writes", "paper")][1])
+    assert np.array_equal(d, original.edges[("author", "writes", "paper")][0])
+
+
+def test_round_trip_without_reverse_edges(tmp_path):
+    s = prepare_synthetic_hetero(tmp_path / "h", reverse_edges=False, feature_fill="zero", **SMALL)
+    assert s.meta["directed"] and not s.meta["reverse_edge_types"]
+    assert hetero_equal(heterogenize(s), generate_synthetic_hetero(**SMALL)) == []
+    assert np.all(s.features[430:450] == 0)  # institutions: zero fill
+
+
+def test_id_maps_both_ways(hetero_store):
+    tm = TypeMap.from_store(hetero_store)
+    rng = np.random.default_rng(0)
+    hids = rng.integers(0, hetero_store.num_nodes, 500)
+    types, local = tm.to_type_id(hids)
+    back = np.empty_like(hids)
+    for t in range(len(tm.node_types)):
+        back[types == t] = tm.to_homogeneous_id(t, local[types == t])
+    assert np.array_equal(back, hids)
+    assert np.array_equal(to_homogeneous_id(hetero_store, "paper", [0, 299]), [450, 749])
+    t, l_ = to_type_id(hetero_store.meta, [449, 450])
+    assert t.tolist() == [2, 3] and l_.tolist() == [19, 0]
+    heids = np.arange(hetero_store.num_edges)
+    et, le = tm.to_type_eid(heids)
+    assert np.array_equal(np.concatenate([tm.to_homogeneous_eid(r, le[et == r])
+                                          for r in range(len(tm.edge_types))]), heids)
+    assert tm.etype_id("writes") == tm.etype_id(("author", "writes", "paper"))
+    with pytest.raises(GnnflowError, match="out of range"):
+        tm.to_homogeneous_id("paper", [300])
+    with pytest.raises(GnnflowError, match="unknown vertex type"):
+        tm.to_homogeneous_id("venue", [0])
+
+
+def test_validate_detects_tampering(hetero_store):
+    et = np.array(hetero_store.extra["edge_type"])
+    et[0] = (et[0] + 1) % 8
+    np.save(hetero_store.path / "edge_type.npy", et)
+    with pytest.raises(StoreError, match="edge_type.npy"):
+        validate_hetero(open_store(hetero_store.path))
+
+
+def test_typed_dir_round_trip_via_cli(tmp_path, capsys):
+    hg = generate_synthetic_hetero(**SMALL)
+    write_typed_dir(hg, tmp_path / "typed")
+    assert hetero_equal(read_typed_dir(tmp_path / "typed"), hg) == []
+    assert cli(["homogenize", str(tmp_path / "typed"), "--out", str(tmp_path / "store")]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["statistics"]["nodes_per_type"]["paper"] == 300
+    assert cli(["homogenize", "--to-typed", str(tmp_path / "store"),
+                "--out", str(tmp_path / "typed2")]) == 0
+    assert hetero_equal(read_typed_dir(tmp_path / "typed2"), hg) == []
+
+
+def test_bad_typed_dir(tmp_path, capsys):
+    hg = generate_synthetic_hetero(**SMALL)
+    write_typed_dir(hg, tmp_path / "typed")
+    f = tmp_path / "typed" / "edges" / "paper___cites___paper.npy"
+    e = np.load(f)
+    e[1, 0] = 300
+    np.save(f, e)
+    out = tmp_path / "store"
+    assert cli(["homogenize", str(tmp_path / "typed"), "--out", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert "paper___cites___paper: destination id 300 out of range [0, 300)" in err
+    assert err.count("\n") == 1 and not out.exists()
+
+
+def test_homogenize_is_trainable_shape():
+    """Homogeneous GNN view: one feature row per vertex, labels -1 off-target."""
+    d = homogenize(generate_synthetic_hetero(**SMALL))
+    n = d["indptr"].shape[0] - 1
+    assert d["features"].shape == (n, 64) and d["labels"].shape == (n,)
+    assert d["extra_arrays"]["edge_id"].shape == d["indices"].shape
