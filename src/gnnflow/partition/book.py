@@ -26,6 +26,7 @@ touches another part's data.
 from __future__ import annotations
 
 import json
+import mmap
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -212,6 +213,21 @@ class PartitionBook:
         return f"PartitionBook({str(self.path)!r}, method={self.method!r}, num_parts={self.num_parts})"
 
 
+def release_pages(*arrays: Any) -> None:
+    """Drop the resident pages of memory-mapped arrays (they stay in the page cache).
+
+    Streaming a large store part by part would otherwise keep every touched page
+    of it in this process's resident set.
+    """
+    for arr in arrays:
+        m = getattr(arr, "_mmap", None)
+        if isinstance(m, mmap.mmap) and hasattr(m, "madvise"):
+            try:
+                m.madvise(mmap.MADV_DONTNEED)
+            except (OSError, ValueError):  # pragma: no cover - platform without it
+                pass
+
+
 def gather_rows(indptr: np.ndarray, indices: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Sub-CSR of ``rows``: ``(sub_indptr, neighbour global ids)``, vectorized."""
     rows = np.asarray(rows, dtype=np.int64)
@@ -286,6 +302,7 @@ def write_parts(tmp: Path, store: Any, node_part: np.ndarray, num_parts: int,
             hops = khop_in_neighbourhood(indptr, indices, inner, halo_hops, n)
             for k, ids in enumerate(hops[1:], start=2):
                 np.save(d / f"halo_ids_hop{k}.npy", ids)
+        release_pages(indptr, indices, store.features, store.labels)
         stats.append({"inner": int(inner.shape[0]), "halo": int(halo.shape[0]),
                       "edges": int(sub_indptr[-1])})
     return stats

@@ -26,7 +26,7 @@ from gnnflow.errors import ConfigError, GnnflowError
 log = logging.getLogger("gnnflow.partition")
 
 METIS_NOPTIONS = 40
-OPT_CTYPE, OPT_NITER, OPT_NCUTS, OPT_SEED, OPT_CONTIG, OPT_UFACTOR, OPT_NUMBERING = 2, 6, 7, 8, 11, 16, 17
+OPT_CTYPE, OPT_NITER, OPT_NCUTS, OPT_SEED, OPT_NO2HOP, OPT_CONTIG, OPT_UFACTOR, OPT_NUMBERING = 2, 6, 7, 8, 9, 11, 16, 17
 _STATUS = {-2: "METIS_ERROR_INPUT (erroneous inputs or options)", -3: "METIS_ERROR_MEMORY (out of memory)",
            -4: "METIS_ERROR"}
 LIB_CANDIDATES = ("/usr/lib/x86_64-linux-gnu/libmetis.so.5", "libmetis.so.5", "libmetis.so")
@@ -68,9 +68,9 @@ def load_libmetis() -> tuple[ctypes.CDLL, type]:
 
 def metis_graph(store: Any) -> tuple[np.ndarray, np.ndarray]:
     """Symmetric CSR without self-loops (int64) for METIS; symmetrizes a directed store."""
-    indptr, indices = np.asarray(store.indptr), np.asarray(store.indices)
     if not store.meta.get("directed", False):
-        return indptr, indices
+        return store.indptr, store.indices  # memory maps: pages are released after conversion
+    indptr, indices = np.asarray(store.indptr), np.asarray(store.indices)
     from gnnflow.data.csr import csr_from_keys, edge_keys
     from gnnflow.partition.metrics import edge_dst
 
@@ -94,7 +94,7 @@ def symmetric_edge_weights(indptr: np.ndarray, indices: np.ndarray, weights: np.
 def part_graph_kway(indptr: np.ndarray, indices: np.ndarray, num_parts: int, *,
                     vwgt: np.ndarray | None = None, adjwgt: np.ndarray | None = None,
                     ubvec: float | list[float] = 1.03, seed: int = 0, niter: int = 10,
-                    ncuts: int = 1) -> tuple[np.ndarray, int]:
+                    ncuts: int = 1, no2hop: bool = False) -> tuple[np.ndarray, int]:
     """Call ``METIS_PartGraphKway``; return (int32 part per vertex, edge cut objective).
 
     ``vwgt`` is [N] or [N, ncon] integer vertex weights (multi-constraint when
@@ -107,8 +107,11 @@ def part_graph_kway(indptr: np.ndarray, indices: np.ndarray, num_parts: int, *,
     imax = np.iinfo(idx).max
     if indptr[-1] > imax:
         raise GnnflowError(f"graph has {int(indptr[-1])} edges, more than METIS's {np.dtype(idx).itemsize * 8}-bit idx_t holds")
+    from gnnflow.partition.book import release_pages
+
     xadj = np.ascontiguousarray(indptr, dtype=idx)
     adjncy = np.ascontiguousarray(indices, dtype=idx)
+    release_pages(indptr, indices)
     ncon = 1
     vw = None
     if vwgt is not None:
@@ -130,6 +133,7 @@ def part_graph_kway(indptr: np.ndarray, indices: np.ndarray, num_parts: int, *,
     options[OPT_NITER] = niter
     options[OPT_NCUTS] = ncuts
     options[OPT_NUMBERING] = 0
+    options[OPT_NO2HOP] = int(no2hop)
     c_idx = ctypes.c_int64 if idx is np.int64 else ctypes.c_int32
     nvtxs, ncon_c, nparts, objval = c_idx(n), c_idx(ncon), c_idx(num_parts), c_idx(0)
     part = np.full(n, -1, dtype=idx)
