@@ -41,6 +41,7 @@ import numpy as np
 
 from gnnflow.data.store import GraphStore, write_store
 from gnnflow.errors import GnnflowError, StoreError
+from gnnflow.io import log
 
 EdgeType = tuple[str, str, str]
 REVERSE_PREFIX = "rev_"
@@ -312,6 +313,7 @@ def homogenize(hg: HeteroGraph, *, reverse_edges: bool = True, feature_fill: str
                      hg.splits, hg.num_classes, hg.target_node_type)
     reversed_types = add_reverse_edges(hg) if reverse_edges else []
     ntypes = hg.node_types
+    log.info("homogenizing %s: %d vertex types, %d edge types", hg.name, len(ntypes), len(hg.edges))
     counts = np.array([hg.num_nodes[t] for t in ntypes], dtype=np.int64)
     offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
     n = int(offsets[-1])

@@ -35,6 +35,7 @@ from gnnflow.data.download import default_cache_dir, download, extract_zip
 from gnnflow.data.hetero import HeteroGraph, write_hetero_store
 from gnnflow.data.store import GraphStore, write_store
 from gnnflow.errors import ConfigError, DownloadError, GnnflowError
+from gnnflow.io import log
 
 
 def ogb_table() -> dict[str, dict[str, str]]:
@@ -154,6 +155,7 @@ def read_ogb_homogeneous(root: Path, name: str, symmetrize: bool = True) -> dict
     info = ogb_info(name)
     binary = info["binary"] == "True"
     split_dir = root / "split" / info["split"]
+    log.info("reading OGB %s raw files in %s", name, root)
     with _ogb_errors(root, name):
         if binary:
             _require(root, "raw/node-label.npz", name)
@@ -177,6 +179,7 @@ def read_ogb_homogeneous(root: Path, name: str, symmetrize: bool = True) -> dict
     if labels.shape[0] != n:
         raise GnnflowError(f"{root}/raw: {labels.shape[0]} labels for {n} vertices")
     edge_index = graph["edge_index"]
+    log.info("%s: %d vertices, %d raw edges; building CSR", name, n, edge_index.shape[1])
     indptr, indices = build_csr(edge_index[0], edge_index[1], n, symmetrize=symmetrize,
                                 what=f"{root}/raw edges")
     feats = graph.get("node_feat")
@@ -209,6 +212,7 @@ def read_ogb_hetero(root: Path, name: str) -> HeteroGraph:
         _require(root, rel, name)
     split_dir = root / "split" / info["split"]
     _require(root, f"split/{info['split']}/nodetype-has-split.csv.gz", name)
+    log.info("reading OGB %s raw files in %s", name, root)
     with _ogb_errors(root, name):
         g = read_csv_heterograph_raw(str(root / "raw"), add_inverse_edge=False)[0]
         labels = read_node_label_hetero(str(root / "raw"))

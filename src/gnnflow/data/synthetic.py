@@ -35,7 +35,7 @@ from gnnflow.data.arrays import scratch_npy
 from gnnflow.data.csr import csr_from_keys
 from gnnflow.data.store import GraphStore, write_store
 from gnnflow.errors import ConfigError
-from gnnflow.io import progress
+from gnnflow.io import log, progress
 
 #: The default synthetic graph: used by every strategy's accuracy tests and the
 #: default workflow.  Small enough that 4-rank training for a few epochs on two
@@ -237,6 +237,8 @@ def generate_synthetic(
     weights = (1.0 - rng.random(num_nodes)) ** (-1.0 / (power_law_exponent - 1.0))
     weights = np.minimum(weights, np.sqrt(weights.sum()) * 2.0)
     sampler = EndpointSampler(weights, labels, num_classes)
+    log.info("synthetic: %d vertices, %d undirected edges, %d classes", num_nodes, num_pairs,
+             num_classes)
     pair_keys = _sample_pairs(rng, sampler, num_nodes, num_pairs, homophily)
     del sampler, weights
 
