@@ -1,0 +1,144 @@
+"""``gnnflow bench pipeline``: epoch time with vs without the async mini-batch pipeline (DistDGLv2 §4.2.1).
+
+One data-parallel trainer (default 1 rank on the whole graph; ``--workers P``
+uses a partition book) runs four kinds of epoch on the same batches, in the
+same process, alternating and repeated (medians reported):
+
+* ``inline``     — ``--no-pipeline``: schedule, sample, copy features, train, in turn;
+* ``pipeline``   — the same stages in the sampling/worker threads, ahead of training;
+* ``sampling``   — the stages alone (batches produced and dropped): sampling-only time;
+* ``compute``    — forward/backward/all-reduce/step alone on pre-made batches: compute-only time.
+
+Headline ratio ``pipeline / inline`` (issue 5 goal <= 0.8 where sampling and
+compute take comparable time); also ``pipeline / max(sampling, compute)``
+(goal <= 1.15: the pipelined epoch is as long as its slower part).
+
+On a small shared CPU, overlap needs a free core for the sampling thread
+while the training thread computes: torch runs with ``--threads`` intra-op
+threads (default 1), numpy sampling releases the GIL.  ``--hidden`` sets the
+compute cost; ``--hidden auto`` picks, from a short calibration, the hidden
+size whose compute time is closest to the sampling time (the regime the
+issue's 0.8 refers to).  Sampling and compute are also reported so a reader
+can see which regime was measured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from typing import Any
+
+import torch
+
+DEFAULT_GRAPH = "synthetic default (generated into a temporary directory)"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--graph", help="graph store (default: the default synthetic graph, generated)")
+    parser.add_argument("--partition", help="partition book (needed for --workers > 1)")
+    parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument("--model", default="sage")
+    parser.add_argument("--hidden", default="auto", help="hidden size, or 'auto' (compute ~ sampling)")
+    parser.add_argument("--fanouts", default="10,10")
+    parser.add_argument("--batch-size", type=int, default=512)
+    parser.add_argument("--epochs", type=int, default=2, help="timed epochs per measurement")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads per rank")
+    parser.add_argument("--seed", type=int, default=0)
+
+
+def _cfg(args: Any, graph: str, hidden: int, pipeline: bool) -> dict[str, Any]:
+    fanouts = [int(f) for f in str(args.fanouts).split(",")]
+    return dict(graph=graph, strategy="data", partition=args.partition, model=args.model, hidden=hidden,
+                num_layers=len(fanouts), fanouts=fanouts, batch_size=args.batch_size, epochs=10_000,
+                seed=args.seed, workers=args.workers, dropout=0.0, options={"pipeline": pipeline})
+
+
+def measure(ctx: Any, cfg_dict: dict[str, Any], modes: list[str], epochs: int, threads: int) -> dict[str, Any]:
+    """Seconds per epoch of each mode (list per mode), measured in this rank, modes interleaved."""
+    from gnnflow.config import TrainConfig
+    from gnnflow.results.schema import Recorder
+    from gnnflow.strategies.data_parallel import DataParallel
+
+    torch.set_num_threads(threads)
+    out: dict[str, list[float]] = {m: [] for m in modes}
+    strategies = {}
+    rounds = 1 + epochs  # the first round warms up (allocations, first touch of the memory map)
+    for pipe in (True, False):
+        # cfg.epochs = the epochs run_epoch will see, so a pipeline's schedule ends when its last
+        # epoch does (no thread is left inside a collective)
+        cfg = TrainConfig.from_dict(dict(cfg_dict, epochs=rounds, options={"pipeline": pipe}))
+        s = DataParallel(cfg, ctx)
+        s.prepare()
+        strategies[pipe] = s
+    s_inline = strategies[False]
+    done = {True: 0, False: 0}
+    for rnd in range(rounds):
+        for m in modes:
+            t = time.perf_counter()
+            if m in ("pipeline", "inline"):
+                pipe = m == "pipeline"
+                strategies[pipe].run_epoch(done[pipe], Recorder())
+                done[pipe] += 1
+            elif m == "sampling":
+                for _mb in s_inline.make_pipeline(1000 + rnd, 1):
+                    pass
+            elif m == "compute":
+                batches = list(s_inline.make_pipeline(1000 + rnd, 1))
+                rec = Recorder()
+                t = time.perf_counter()
+                for mb in batches:
+                    s_inline.train_batch(mb, rec)
+            if rnd > 0:
+                out[m].append(time.perf_counter() - t)
+    for s in strategies.values():
+        s.close()
+    return {"times": out, "num_batches": s_inline.num_batches}
+
+
+def _default_graph(tmp: str) -> str:
+    from gnnflow.data.synthetic import prepare_synthetic
+
+    return str(prepare_synthetic(f"{tmp}/graph").path)
+
+
+def _run(args: Any, graph: str, hidden: int, modes: list[str], epochs: int) -> dict[str, list[float]]:
+    from gnnflow.dist.launch import run_ranks
+
+    res = run_ranks(measure, args.workers, _cfg(args, graph, hidden, True), modes, epochs, args.threads,
+                    timeout_s=600, threads_per_rank=args.threads)
+    # the slowest rank sets the epoch time
+    times = {m: [max(r["times"][m][i] for r in res) for i in range(len(res[0]["times"][m]))] for m in modes}
+    return times
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="gnnflow-bench-pipeline-") as tmp:
+        graph = args.graph or _default_graph(tmp)
+        calibration = {}
+        if str(args.hidden) == "auto":
+            for h in (32, 128, 512):
+                t = _run(args, graph, h, ["sampling", "compute"], 1)
+                calibration[h] = {m: statistics.median(v) for m, v in t.items()}
+            hidden = min(calibration, key=lambda h: abs(calibration[h]["compute"] / calibration[h]["sampling"] - 1))
+        else:
+            hidden = int(args.hidden)
+        modes = ["inline", "pipeline", "sampling", "compute"]
+        runs = [_run(args, graph, hidden, modes, args.epochs) for _ in range(args.repeats)]
+    times = {m: [x for r in runs for x in r[m]] for m in modes}
+    med = {m: statistics.median(v) for m, v in times.items()}
+    ratio = med["pipeline"] / med["inline"]
+    bound = max(med["sampling"], med["compute"])
+    ratio_bound = med["pipeline"] / bound
+    summary = (f"pipeline/inline epoch time = {ratio:.3f} (goal <= 0.8); pipeline/max(sampling, compute) = "
+               f"{ratio_bound:.3f} (goal <= 1.15); median epoch s: pipeline {med['pipeline']:.3f}, inline "
+               f"{med['inline']:.3f}, sampling-only {med['sampling']:.3f}, compute-only {med['compute']:.3f}; "
+               f"hidden={hidden}, workers={args.workers}, threads/rank={args.threads}")
+    return {"ratio": ratio, "ratio_name": "pipeline_epoch_s / inline_epoch_s", "summary": summary,
+            "ratio_vs_bound": ratio_bound, "median_epoch_s": med, "epoch_s": times, "hidden": hidden,
+            "calibration": {str(k): v for k, v in calibration.items()}, "workers": args.workers,
+            "threads": args.threads, "batch_size": args.batch_size, "fanouts": args.fanouts,
+            "model": args.model, "repeats": args.repeats, "epochs": args.epochs}
