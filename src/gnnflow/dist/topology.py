@@ -301,6 +301,14 @@ def _check_connected(topo: Topology) -> None:
                                 f"cannot be reached from {topo.devices[0]}; add a connection")
 
 
+def uniform_topology(num_devices: int, bandwidth: float = 10.0) -> Topology:
+    """A full mesh of equal direct links (no shared hops): the default when none is given."""
+    devices = [f"dev{i}" for i in range(num_devices)]
+    conns = [[devices[i], devices[j], bandwidth] for i in range(num_devices) for j in range(i + 1, num_devices)]
+    return compile_topology({"name": f"uniform-{num_devices}", "devices": devices, "connections": conns},
+                            "<uniform>")
+
+
 def preset_names() -> list[str]:
     return sorted(p.stem for p in PRESET_DIR.glob("*.yaml"))
 

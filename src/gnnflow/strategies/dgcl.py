@@ -1,0 +1,333 @@
+"""Planned halo exchange: full-batch GNN training with DGCL's graph_allgather (DGCL §4, §6.3).
+
+Each rank owns one part of a partition book and runs the *unchanged*
+single-process layers (:mod:`gnnflow.nn`) on its local graph ``G_d(V_d^l ∪ V_d^r,
+E_d)`` (§4.1): destinations are its inner vertices, sources its inner and halo
+vertices.  Before every layer, :func:`gnnflow.dist.allgather.graph_allgather`
+fetches the halo rows of the layer input according to a communication plan
+(Listing 1); its backward returns the halo gradients to their owners.  Loss,
+gradient all-reduce, step and evaluation come from
+:class:`~gnnflow.strategies.fullbatch_base.FullBatchBase`.
+
+Options (``--opt key=value``):
+
+``planner``   ``spst`` (default, Algorithm 1), ``p2p``, ``swap`` (through host
+              shared memory) or ``replication`` (each rank computes its
+              ``L``-hop in-neighbourhood itself; no communication, §3)
+``topology``  preset name or topology file (default: a uniform full mesh, for
+              which SPST reduces to load-balanced direct sends)
+``norm``      GCN normalisation ``both`` (default) or ``right``
+
+The plan is made once on rank 0 from ``node_part`` and the graph store's CSR
+(offline planning, §4.1) and scattered; global degrees travel with it so the
+GCN normalisation is the whole graph's.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from gnnflow.config import TrainConfig
+from gnnflow.dist.allgather import AllgatherStats, close_swap, graph_allgather, swap_tables
+from gnnflow.dist.plan import comm_relation, make_plan
+from gnnflow.dist.topology import load_topology, uniform_topology
+from gnnflow.errors import ConfigError
+from gnnflow.results.schema import Recorder
+from gnnflow.sampling import Block
+from gnnflow.strategies.base import RankContext
+from gnnflow.strategies.fullbatch_base import FullBatchBase
+
+PLANNERS = ("spst", "p2p", "swap", "replication")
+
+
+def _seed(seed: int) -> None:
+    try:
+        from gnnflow.strategies.common import seed_everything
+    except ImportError:  # the shared helper is not there yet
+        torch.manual_seed(seed)
+        np.random.seed(seed)
+        return
+    seed_everything(seed)
+
+
+def _set_norm(model: torch.nn.Module, norm: str) -> None:
+    for layer in model.layers:  # type: ignore[union-attr]
+        if hasattr(layer, "norm"):
+            layer.norm = norm
+
+
+def _rank_payloads(cfg: TrainConfig, world_size: int, planner: str) -> list[dict[str, Any]]:
+    """Rank 0: plan the partition and cut it into one payload per rank."""
+    from gnnflow.data.store import open_store
+    from gnnflow.partition.book import PartitionBook
+
+    book = PartitionBook.open(cfg.partition)
+    store = open_store(book.graph_path)
+    node_part = np.asarray(book.node_part)
+    in_deg = np.diff(np.asarray(store.indptr)).astype(np.float32)
+    out_deg = np.bincount(np.asarray(store.indices), minlength=store.num_nodes).astype(np.float32)
+    t0 = time.perf_counter()
+    payloads: list[dict[str, Any]] = [{} for _ in range(world_size)]
+    if planner != "replication":
+        rel = comm_relation(store.indptr, store.indices, node_part, book.num_parts)
+        if planner == "swap":
+            tables: list[Any] = swap_tables(rel)
+        else:
+            topo_name = cfg.options.get("topology")
+            topo = load_topology(topo_name) if topo_name else uniform_topology(world_size)
+            if topo.num_devices > world_size:
+                topo = topo.restrict(world_size)
+            tables = make_plan(planner, rel, topo, cfg.seed).tables()
+        for r in range(world_size):
+            payloads[r]["table"] = tables[r]
+    plan_s = time.perf_counter() - t0
+    for r in range(world_size):
+        ids = np.flatnonzero(node_part == r)
+        payloads[r].update(plan_s=plan_s, in_deg_inner=in_deg[ids])
+        if "table" in payloads[r]:
+            t = payloads[r]["table"]
+            payloads[r]["out_deg_local"] = out_deg[np.concatenate([t.inner_ids, t.halo_ids])]
+    return payloads
+
+
+class PlannedHalo(FullBatchBase):
+    """``--strategy dgcl``: full-batch training with planned graph_allgather per layer."""
+
+    name = "dgcl"
+
+    def __init__(self, cfg: TrainConfig, ctx: RankContext) -> None:
+        super().__init__(cfg, ctx)
+        self.planner = str(cfg.options.get("planner", "spst"))
+        if self.planner not in PLANNERS:
+            raise ConfigError(f"--opt planner={self.planner}: choose one of {', '.join(PLANNERS)}")
+        self.norm = str(cfg.options.get("norm", "both"))
+        self.stats = AllgatherStats(ctx.world_size)
+        self.table: Any = None
+        self.blocks: list[Block] = []
+        self.features: torch.Tensor | None = None
+        self.inner_ids: np.ndarray | None = None
+        self.plan_s = 0.0
+
+    # ----- data ---------------------------------------------------------------------------------
+    def prepare(self) -> None:
+        from gnnflow.nn import build_model
+        from gnnflow.partition.book import PartitionBook
+
+        if not self.cfg.partition:
+            raise ConfigError("--strategy dgcl needs --partition (a partition book with one part per worker)")
+        book = PartitionBook.open(self.cfg.partition)
+        rank, p = self.ctx.rank, self.ctx.world_size
+        if book.num_parts != p:
+            raise ConfigError(f"{self.cfg.partition} has {book.num_parts} parts; --workers must equal it (got {p})")
+        part = book.load_part(rank)
+        payloads = _rank_payloads(self.cfg, p, self.planner) if rank == 0 else None
+        if p > 1:
+            got: list[Any] = [None]
+            dist.scatter_object_list(got, payloads, src=0)
+            mine = got[0]
+        else:
+            assert payloads is not None
+            mine = payloads[0]
+        self.plan_s = float(mine["plan_s"])
+        dev = self.ctx.device
+        self.inner_ids = part.inner_ids
+        if self.planner == "replication":
+            self._prepare_replication(book)
+        else:
+            self.table = mine["table"]
+            if not (np.array_equal(self.table.inner_ids, part.inner_ids)
+                    and np.array_equal(self.table.halo_ids, part.halo_ids)):
+                raise ConfigError(f"{book.path}/part{rank}: inner/halo ids differ from the plan's; "
+                                  "re-run `gnnflow partition` (1-hop halos are required)")
+            block = Block(dst_ids=torch.from_numpy(part.inner_ids), src_ids=torch.from_numpy(part.local_to_global),
+                          indptr=torch.from_numpy(np.asarray(part.indptr, dtype=np.int64)),
+                          indices=torch.from_numpy(np.asarray(part.indices, dtype=np.int64)),
+                          src_deg=torch.from_numpy(mine["out_deg_local"]),
+                          dst_deg=torch.from_numpy(mine["in_deg_inner"]))
+            self.blocks = [block.to(dev)] * self.cfg.num_layers
+            feats = part.features
+            if feats is None:
+                raise ConfigError(f"{book.path}/part{rank}: no features.npy; partition with features")
+            self.features = torch.from_numpy(np.asarray(feats, dtype=np.float32)).to(dev)
+        lookup = part.global_to_local
+        self.set_local_data(torch.from_numpy(np.asarray(part.labels)),
+                            *(torch.from_numpy(lookup(getattr(part, f"{k}_idx"))) for k in ("train", "val", "test")))
+        num_classes = int(book.meta.get("num_classes") or 0) or self._num_classes(book)
+        _seed(self.cfg.seed)
+        assert self.features is not None
+        self.model = build_model(self.cfg.model, self.features.shape[1], self.cfg.hidden, num_classes,
+                                 self.cfg.num_layers, self.cfg.dropout, self.cfg.heads).to(dev)
+        _set_norm(self.model, self.norm)
+        self.optimizer = self.build_optimizer()
+
+    @staticmethod
+    def _num_classes(book: Any) -> int:
+        from gnnflow.data.store import open_store
+
+        return int(open_store(book.graph_path).num_classes)
+
+    def _prepare_replication(self, book: Any) -> None:
+        """Replication baseline (§3): this rank's L-hop in-neighbourhood, computed locally."""
+        from gnnflow.data.store import open_store
+        from gnnflow.sampling import NeighborSampler
+
+        store = open_store(book.graph_path)
+        indptr, indices = np.asarray(store.indptr), np.asarray(store.indices)
+        in_deg = torch.from_numpy(np.diff(indptr).astype(np.float32))
+        out_deg = torch.from_numpy(np.bincount(indices, minlength=store.num_nodes).astype(np.float32))
+        sampler = NeighborSampler(indptr, indices, [-1] * self.cfg.num_layers, seed=self.cfg.seed)
+        blocks = sampler.sample_blocks(torch.from_numpy(self.inner_ids))
+        for b in blocks:
+            b.src_deg, b.dst_deg = out_deg[b.src_ids], in_deg[b.dst_ids]
+        self.blocks = [b.to(self.ctx.device) for b in blocks]
+        src = blocks[0].src_ids.numpy()
+        self.features = torch.from_numpy(np.asarray(store.features[src], dtype=np.float32)).to(self.ctx.device)
+        self.replicated_vertices = int(src.shape[0])
+
+    # ----- the model on the local graph -----------------------------------------------------------
+    def forward_local(self, training: bool) -> torch.Tensor:
+        assert self.model is not None and self.features is not None
+        if self.planner == "replication":
+            return self.model(self.blocks, self.features)  # type: ignore[operator]
+        h = self.features
+        for i, block in enumerate(self.blocks):
+            h = graph_allgather(h, self.table, self.stats)  # [inner | halo] rows of the layer input
+            h = self.model.layer_step(i, block, h)  # type: ignore[operator]
+        return h
+
+    def run_epoch(self, epoch: int, rec: Recorder) -> float:
+        self.stats = AllgatherStats(self.ctx.world_size)
+        loss = super().run_epoch(epoch, rec)
+        rec.add_time("comm", sum(self.stats.forward_stage_s) + sum(self.stats.backward_stage_s))
+        rec.count("bytes_sent", self.stats.comm.total_sent)
+        rec.count("bytes_received", self.stats.comm.total_received)
+        rec.extra["allgather_calls"] = float(self.stats.calls)
+        rec.extra["plan_s"] = self.plan_s
+        if self.table is not None:
+            rec.extra["table_bytes"] = float(self.table.nbytes())
+            rec.extra["relay_rows"] = float(getattr(self.table, "relay_ids", np.zeros(0)).shape[0])
+        return loss
+
+    def close(self) -> None:
+        if self.planner == "swap" and self.table is not None:
+            close_swap(self.table)
+
+
+# ------------------------------------------------------------------------------------------------
+# verification against single-process full-batch training
+# ------------------------------------------------------------------------------------------------
+
+
+def full_graph_reference(graph: str, model: str, hidden: int, num_layers: int, norm: str = "both",
+                         seed: int = 0, heads: int = 1) -> dict[str, Any]:
+    """Single-process full-batch forward/backward of ``model`` on the whole graph (``gnnflow.nn``)."""
+    import torch.nn.functional as F
+
+    from gnnflow.data.store import open_store
+    from gnnflow.nn import build_model
+
+    store = open_store(graph)
+    x = torch.from_numpy(np.asarray(store.features, dtype=np.float32))
+    y = torch.from_numpy(np.asarray(store.labels, dtype=np.int64))
+    train = torch.from_numpy(np.asarray(store.train_idx, dtype=np.int64))
+    _seed(seed)
+    net = build_model(model, x.shape[1], hidden, int(store.num_classes), num_layers, 0.0, heads)
+    _set_norm(net, norm)
+    block = Block.full_graph(store.indptr, store.indices)
+    logits = net([block] * num_layers, x)
+    loss = F.cross_entropy(logits[train], y[train])
+    loss.backward()
+    return {"logits": logits.detach().numpy(), "loss": float(loss.detach()),
+            "grads": {k: p.grad.numpy().copy() for k, p in net.named_parameters()},
+            "state": {k: v.clone() for k, v in net.state_dict().items()}}
+
+
+def _verify_rank(ctx: RankContext, cfg_dict: dict[str, Any], state: dict[str, torch.Tensor]) -> dict[str, Any]:
+    from gnnflow.dist.comm import all_reduce_gradients
+    from gnnflow.strategies.fullbatch_base import all_reduce_sum
+
+    s = PlannedHalo(TrainConfig.from_dict(cfg_dict), ctx)
+    s.prepare()
+    assert s.model is not None
+    s.model.load_state_dict(state)
+    s.model.eval()
+    with torch.no_grad():
+        logits = s.forward_local(False).numpy().copy()
+    s.model.zero_grad(set_to_none=True)
+    share = s.compute_gradients(Recorder())
+    all_reduce_gradients(s.model, average=False)
+    loss = float(all_reduce_sum([share])[0].item())
+    out = {"ids": s.inner_ids, "logits": logits, "loss": loss,
+           "grads": {k: p.grad.numpy().copy() for k, p in s.model.named_parameters()},
+           "relay_rows": int(getattr(s.table, "relay_ids", np.zeros(0)).shape[0]) if s.table is not None else 0}
+    s.close()
+    return out
+
+
+def verify(workers: int, model: str = "gcn", seed: int = 0, **kw: Any) -> dict[str, Any]:
+    """Logits, loss and weight gradients of ``--strategy dgcl`` vs single-process full-batch training.
+
+    ``kw``: ``planner`` (one name or a list; default all four), ``topology`` (preset or
+    file; default ``dgx1-v100`` restricted to ``workers`` when ``workers <= 8``),
+    ``graph`` (store path; default a small synthetic graph), ``num_layers`` (2),
+    ``hidden`` (16), ``norm`` ("both"), ``tol`` (1e-5 absolute), ``timeout_s``.
+    """
+    import tempfile
+
+    from gnnflow.dist.launch import run_ranks
+    from gnnflow.partition.api import partition_graph
+
+    planners = kw.pop("planner", list(PLANNERS))
+    planners = [planners] if isinstance(planners, str) else list(planners)
+    for pl in planners:
+        if pl not in PLANNERS:
+            raise ConfigError(f"verify dgcl: unknown planner {pl!r}; choose among {', '.join(PLANNERS)}")
+    topology = kw.pop("topology", "dgx1-v100" if workers <= 8 else None)
+    tol = float(kw.pop("tol", 1e-5))
+    graph = kw.pop("graph", None)
+    num_layers = int(kw.pop("num_layers", 2))
+    hidden = int(kw.pop("hidden", 16))
+    norm = str(kw.pop("norm", "both"))
+    timeout_s = float(kw.pop("timeout_s", 120))
+    if kw:
+        raise ConfigError(f"verify dgcl: unknown option(s) {sorted(kw)}")
+    with tempfile.TemporaryDirectory(prefix="gnnflow-verify-dgcl-") as tmp:
+        if graph is None:
+            from gnnflow.data.synthetic import prepare_synthetic
+
+            graph = str(prepare_synthetic(f"{tmp}/graph", num_nodes=600, avg_degree=6, feature_dim=12,
+                                          num_classes=5, seed=seed).path)
+        book = partition_graph(graph, "metis", workers, f"{tmp}/parts", seed=seed)
+        ref = full_graph_reference(graph, model, hidden, num_layers, norm, seed)
+        per: dict[str, Any] = {}
+        for pl in planners:
+            options = {"planner": pl, "norm": norm}
+            if topology:
+                options["topology"] = topology
+            cfg = TrainConfig(graph=str(graph), strategy="dgcl", partition=str(book.path), model=model,
+                              hidden=hidden, num_layers=num_layers, fanouts=[-1] * num_layers, dropout=0.0,
+                              seed=seed, workers=workers, options=options)
+            results = run_ranks(_verify_rank, workers, cfg.to_dict(), ref["state"], timeout_s=timeout_s)
+            logits = np.zeros_like(ref["logits"])
+            for r in results:
+                logits[r["ids"]] = r["logits"]
+            grads = results[0]["grads"]
+            diffs = {"logits": float(np.abs(logits - ref["logits"]).max()),
+                     "loss": abs(results[0]["loss"] - ref["loss"]),
+                     "grads": max(float(np.abs(grads[k] - ref["grads"][k]).max()) for k in ref["grads"])}
+            scale = {"logits": float(np.abs(ref["logits"]).max()), "loss": abs(ref["loss"]),
+                     "grads": max(float(np.abs(g).max()) for g in ref["grads"].values())}
+            same = all(np.array_equal(r["grads"][k], grads[k]) for r in results for k in grads)
+            per[pl] = {"max_abs_diff": diffs, "max_rel_diff": {k: diffs[k] / max(scale[k], 1e-30) for k in diffs},
+                       "replicated_grads_equal": same, "relay_rows": sum(r["relay_rows"] for r in results),
+                       "passed": bool(all(v <= tol for v in diffs.values()) and same)}
+    worst = {k: max(per[pl]["max_abs_diff"][k] for pl in per) for k in ("logits", "loss", "grads")}
+    worst_rel = {k: max(per[pl]["max_rel_diff"][k] for pl in per) for k in ("logits", "loss", "grads")}
+    return {"passed": all(v["passed"] for v in per.values()), "max_abs_diff": worst, "max_rel_diff": worst_rel,
+            "planners": per, "workers": workers, "model": model, "topology": topology, "tolerance": tol,
+            "loss": ref["loss"]}
