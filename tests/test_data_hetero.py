@@ -138,3 +138,26 @@ def test_homogenize_is_trainable_shape():
     n = d["indptr"].shape[0] - 1
     assert d["features"].shape == (n, 64) and d["labels"].shape == (n,)
     assert d["extra_arrays"]["edge_id"].shape == d["indices"].shape
+
+
+def test_matches_dgl_to_homogeneous():
+    """Peer check: the same id spaces as DGL 1.1.3's ``dgl.to_homogeneous``."""
+    dgl = pytest.importorskip("dgl")
+    import torch
+
+    hg = generate_synthetic_hetero(**SMALL)
+    g = dgl.heterograph({e: (torch.from_numpy(s), torch.from_numpy(d))
+                         for e, (s, d) in hg.edges.items()}, num_nodes_dict=hg.num_nodes)
+    h = dgl.to_homogeneous(g)
+    ref_src, ref_dst = (t.numpy() for t in h.edges(order="eid"))
+    d = homogenize(hg, reverse_edges=False)
+    n, m = d["indptr"].shape[0] - 1, d["indices"].shape[0]
+    src, dst = np.empty(m, np.int64), np.empty(m, np.int64)
+    eid = d["extra_arrays"]["edge_id"]
+    src[eid] = d["indices"]
+    dst[eid] = np.repeat(np.arange(n), np.diff(d["indptr"]))
+    assert np.array_equal(src, ref_src) and np.array_equal(dst, ref_dst)
+    assert np.array_equal(d["extra_arrays"]["node_type"], h.ndata[dgl.NTYPE].numpy())
+    et = np.empty(m, np.int32)
+    et[eid] = d["extra_arrays"]["edge_type"]
+    assert np.array_equal(et, h.edata[dgl.ETYPE].numpy())
