@@ -126,6 +126,9 @@ def scratch_npy(out: str | os.PathLike[str], tag: str) -> Iterator[Path]:
     fd, name = tempfile.mkstemp(prefix=f".{out.name}.{tag}-", suffix=".npy", dir=out.parent)
     os.close(fd)
     path = Path(name)
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(path, 0o666 & ~umask)  # mkstemp makes it 0600; the store's files are shared
     try:
         yield path
     finally:
