@@ -1,0 +1,138 @@
+"""``gnnflow bench sampler``: our layer-wise sampler vs DGL 1.1.3's ``NeighborSampler``.
+
+Both sample the same target batches (default 1024 targets, fanouts 15,10,5,
+DistDGLv2 §5 / GSplit §6.1 settings) from the same CSR graph (default: a
+1M-vertex synthetic power-law graph generated in-process), in the same process,
+alternating rounds of ``--batches`` batches each.  The headline ratio is our
+sampled-edge throughput over DGL's (medians over rounds); > 1 means faster.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from typing import Any
+
+import numpy as np
+import torch
+
+from gnnflow.errors import GnnflowError
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_graph_arguments(parser)
+    parser.add_argument("--fanouts", default="15,10,5", help="fanout per layer, input layer first")
+    parser.add_argument("--batch-size", type=int, default=1024, help="targets per mini-batch")
+    parser.add_argument("--batches", type=int, default=10, help="batches per timed round")
+    parser.add_argument("--rounds", type=int, default=5, help="alternating rounds (median reported)")
+
+
+def add_graph_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options naming the benchmark graph (shared by the sampler and layer benchmarks)."""
+    parser.add_argument("--graph", default=None, help="graph store directory (default: generate one)")
+    parser.add_argument("--nodes", type=int, default=1_000_000, help="vertices of the generated graph")
+    parser.add_argument("--avg-degree", type=float, default=12.0, help="mean in-degree of the generated graph")
+    parser.add_argument("--seed", type=int, default=0)
+
+
+def bench_graph(args: argparse.Namespace) -> tuple[np.ndarray, np.ndarray, str]:
+    """``(indptr, indices, description)`` of the store at ``--graph`` or a generated synthetic graph."""
+    if args.graph:
+        from gnnflow.data.store import open_store
+
+        store = open_store(args.graph)
+        return np.asarray(store.indptr), np.asarray(store.indices), f"{store.name} ({args.graph})"
+    from gnnflow.data.synthetic import generate_synthetic
+
+    g = generate_synthetic(num_nodes=args.nodes, avg_degree=args.avg_degree, feature_dim=1, num_classes=2,
+                           seed=args.seed)
+    return g["indptr"], g["indices"], f"synthetic n={args.nodes} avg_degree={args.avg_degree}"
+
+
+def parse_fanouts(text: str) -> list[int]:
+    try:
+        fanouts = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise GnnflowError(f"--fanouts: expected comma-separated integers like 15,10,5, got {text!r}") from None
+    if not fanouts or any(f == 0 or f < -1 for f in fanouts):
+        raise GnnflowError(f"--fanouts: each must be a positive count or -1, got {text!r}")
+    return fanouts
+
+
+def dgl_graph(indptr: np.ndarray, indices: np.ndarray) -> Any:
+    """The same CSR as a DGL graph (our destination-major CSR is DGL's CSC)."""
+    import dgl
+
+    g = dgl.graph(("csc", (torch.from_numpy(np.ascontiguousarray(indptr)),
+                           torch.from_numpy(np.ascontiguousarray(indices)),
+                           torch.empty(0, dtype=torch.int64))), num_nodes=indptr.shape[0] - 1)
+    return g
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    import dgl
+
+    from gnnflow.sampling import NeighborSampler
+
+    fanouts = parse_fanouts(args.fanouts)
+    indptr, indices, desc = bench_graph(args)
+    num_nodes = indptr.shape[0] - 1
+    if args.batch_size > num_nodes:
+        raise GnnflowError(f"--batch-size {args.batch_size} exceeds the graph's {num_nodes} vertices")
+    g = dgl_graph(indptr, indices)
+    theirs = dgl.dataloading.NeighborSampler(fanouts)
+    ours = NeighborSampler(indptr, indices, fanouts, seed=args.seed)
+    rng = np.random.default_rng(args.seed + 1)
+    batches = [torch.from_numpy(rng.choice(num_nodes, args.batch_size, replace=False))
+               for _ in range(args.batches)]
+    torch.manual_seed(args.seed)
+
+    def time_dgl() -> tuple[float, int]:
+        t = time.perf_counter()
+        edges = 0
+        for seeds in batches:
+            _, _, blocks = theirs.sample_blocks(g, seeds)
+            edges += sum(int(b.num_edges()) for b in blocks)
+        return time.perf_counter() - t, edges
+
+    def time_ours() -> tuple[float, int]:
+        t = time.perf_counter()
+        edges = 0
+        for seeds in batches:
+            edges += sum(b.num_edges for b in ours.sample_blocks(seeds))
+        return time.perf_counter() - t, edges
+
+    time_dgl()  # warm-up: DGL builds its formats, we allocate the relabel bitmap
+    time_ours()
+    ours_eps, dgl_eps, ours_ms, dgl_ms = [], [], [], []
+    for r in range(args.rounds):
+        order = (time_ours, time_dgl) if r % 2 == 0 else (time_dgl, time_ours)
+        for fn in order:
+            secs, edges = fn()
+            (ours_eps if fn is time_ours else dgl_eps).append(edges / secs)
+            (ours_ms if fn is time_ours else dgl_ms).append(1000 * secs / len(batches))
+    ours_med, dgl_med = statistics.median(ours_eps), statistics.median(dgl_eps)
+    ratio = ours_med / dgl_med
+    return {
+        "ratio": ratio,
+        "ratio_name": "ours/DGL sampled edges per second (higher is better)",
+        "summary": (
+            f"sampler: ratio {ratio:.2f} (ours {ours_med / 1e6:.2f} M edges/s, "
+            f"{statistics.median(ours_ms):.1f} ms/batch; DGL {dgl_med / 1e6:.2f} M edges/s, "
+            f"{statistics.median(dgl_ms):.1f} ms/batch) on {desc}, fanouts {args.fanouts}, "
+            f"batch {args.batch_size}, {args.rounds}x{args.batches} batches"
+        ),
+        "graph": desc,
+        "num_nodes": int(num_nodes),
+        "num_edges": int(indices.shape[0]),
+        "fanouts": fanouts,
+        "batch_size": args.batch_size,
+        "ours_edges_per_s": ours_med,
+        "dgl_edges_per_s": dgl_med,
+        "ours_ms_per_batch": statistics.median(ours_ms),
+        "dgl_ms_per_batch": statistics.median(dgl_ms),
+        "ours_edges_per_s_rounds": ours_eps,
+        "dgl_edges_per_s_rounds": dgl_eps,
+        "torch_threads": torch.get_num_threads(),
+    }
