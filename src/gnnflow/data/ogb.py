@@ -39,13 +39,23 @@ from gnnflow.io import log
 
 
 def ogb_table() -> dict[str, dict[str, str]]:
-    """OGB's node-property dataset table (``ogb/nodeproppred/master.csv``), by name."""
-    import ogb.nodeproppred
-    import pandas as pd
+    """OGB's node-property dataset table (``ogb/nodeproppred/master.csv``), by name.
 
-    f = Path(ogb.nodeproppred.__file__).parent / "master.csv"
-    df = pd.read_csv(f, index_col=0, keep_default_na=False)
-    return {name: {k: str(v) for k, v in df[name].items()} for name in df.columns}
+    Read with :mod:`csv` from the installed package's directory without importing
+    ``ogb.nodeproppred`` (which imports torch and DGL), so that a bad name or an
+    offline download fails in well under a second.
+    """
+    import csv
+    import importlib.util
+
+    spec = importlib.util.find_spec("ogb")
+    if spec is None or not spec.submodule_search_locations:
+        raise GnnflowError("the ogb package is not installed; pip install ogb==1.3.6")
+    f = Path(next(iter(spec.submodule_search_locations))) / "nodeproppred" / "master.csv"
+    with open(f, newline="") as fh:
+        rows = list(csv.reader(fh))
+    names = rows[0][1:]
+    return {name: {row[0]: row[i + 1] for row in rows[1:]} for i, name in enumerate(names)}
 
 
 def ogb_info(name: str) -> dict[str, str]:
