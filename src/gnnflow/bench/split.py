@@ -1,0 +1,254 @@
+"""``gnnflow bench split``: split-parallel vs data-parallel vs P3* side by side (GSplit §6.2–6.3).
+
+One run on ``--workers`` ranks (default 4) over the same graph and partition:
+
+* **strategies** — ``split``, ``data`` and ``p3`` each train ``--epochs``
+  epochs, alternating, ``--repeats`` times; per strategy the median epoch time
+  (slowest rank) and its sample / load / forward-backward breakdown (GSplit
+  Table 3's S, L, FB), and the machine-independent counts per epoch summed
+  over ranks: sampled edges (edges computed), features loaded, bytes shuffled
+  (bytes sent by all ranks).  Ratios are data-parallel / split and p3 / split.
+* **redundancy** (GSplit Table 1) — for the same targets, edges computed and
+  features loaded by ``P`` data-parallel micro-batches vs one mini-batch.
+* **partitions** (``--partitions``, GSplit Fig. 5) — split-parallel trained one
+  epoch on each partition method; the cross-split edge fraction and per-layer
+  load imbalance measured inside training.
+* **accuracy** (``--accuracy-epochs E``, GSplit Fig. 7) — test accuracy per
+  epoch of split vs data-parallel.
+
+Inputs: ``--graph`` (a graph store; default: the default synthetic graph,
+generated into ``--workdir``) and ``--partition`` (a book with ``--workers``
+parts; default: the ``presample`` partition, built into ``--workdir``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from gnnflow.errors import ConfigError
+
+STRATEGIES = ("split", "data", "p3")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--graph", help="graph store (default: the default synthetic graph in --workdir)")
+    parser.add_argument("--partition", help="partition book with --workers parts (default: presample, in --workdir)")
+    parser.add_argument("--workdir", default="results/bench-split", help="where default inputs are built and reused")
+    parser.add_argument("--workers", type=int, default=4)
+    parser.add_argument("--model", default="sage", choices=("sage", "gcn", "gat"))
+    parser.add_argument("--hidden", type=int, default=64)
+    parser.add_argument("--fanouts", default="10,10", help="fanouts, input layer first (default 10,10)")
+    parser.add_argument("--batch-size", type=int, default=512, help="targets per rank per iteration (default 512)")
+    parser.add_argument("--epochs", type=int, default=1, help="epochs per timed run (default 1)")
+    parser.add_argument("--repeats", type=int, default=3, help="alternating repeats; medians reported (default 3)")
+    parser.add_argument("--strategies", default=",".join(STRATEGIES), help="subset of split,data,p3")
+    parser.add_argument("--partitions", default="presample,node,edge,random",
+                        help="partition methods for the Fig. 5 sweep ('' to skip)")
+    parser.add_argument("--accuracy-epochs", type=int, default=0,
+                        help="also train split and data this many epochs and compare test accuracy")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--timeout", type=float, default=600.0, help="seconds per distributed run")
+
+
+# ------------------------------------------------------------------------- inputs
+def default_graph(workdir: Path) -> Path:
+    """The default synthetic graph store in ``workdir`` (generated once)."""
+    from gnnflow.data.synthetic import prepare_synthetic
+
+    path = workdir / "synthetic"
+    if not (path / "meta.json").exists():
+        prepare_synthetic(path, overwrite=True)
+    return path
+
+
+def partition_for(graph: Path, method: str, parts: int, workdir: Path, fanouts: list[int], batch_size: int,
+                  seed: int = 0) -> Path:
+    """A ``method`` partition book of ``graph`` in ``workdir`` (built once).
+
+    ``node``/``presample`` weigh vertices (and edges) by presampling with the
+    training fanouts and the split group's global mini-batch size (GSplit §4).
+    """
+    from gnnflow.data.store import open_store
+    from gnnflow.partition.api import partition_graph
+
+    out = workdir / f"{method}-{parts}"
+    if (out / "meta.json").exists():
+        return out
+    store = open_store(graph)
+    params: dict[str, Any] = {}
+    if method in ("node", "presample"):
+        from gnnflow.partition.presample import presample
+
+        params["presample"] = presample(store, fanouts, batch_size, epochs=10, seed=seed)
+    partition_graph(store, method, parts, out, seed=seed, overwrite=True, **params)
+    return out
+
+
+# ---------------------------------------------------------------------- running
+def train_rank(ctx: Any, cfg_dict: dict[str, Any], evaluate: bool) -> list[dict[str, Any]]:
+    """Train ``cfg.epochs`` epochs of ``cfg.strategy`` on this rank; per-epoch records."""
+    from gnnflow.config import TrainConfig
+    from gnnflow.results.schema import Recorder
+    from gnnflow.strategies.base import strategy_class
+
+    cfg = TrainConfig.from_dict(cfg_dict)
+    s = strategy_class(cfg.strategy)(cfg, ctx)
+    s.prepare()
+    out = []
+    try:
+        for epoch in range(cfg.epochs):
+            rec = Recorder()
+            t0 = time.perf_counter()
+            loss = s.run_epoch(epoch, rec)
+            wall = time.perf_counter() - t0
+            row = {"epoch": epoch, "loss": loss, "time_epoch": wall, "times": dict(rec.times),
+                   "counters": dict(rec.counters), "extra": dict(rec.extra)}
+            if evaluate:
+                row.update(s.evaluate())
+            out.append(row)
+    finally:
+        close = getattr(s, "close", None)
+        if close is not None:
+            close()
+    return out
+
+
+def run_strategy(strategy: str, graph: Path, partition: Path, args: argparse.Namespace, epochs: int,
+                 evaluate: bool = False, **options: Any) -> list[list[dict[str, Any]]]:
+    """Per rank, per epoch records of one distributed run."""
+    from gnnflow.config import TrainConfig
+    from gnnflow.dist.launch import run_ranks
+
+    fanouts = [int(f) for f in str(args.fanouts).split(",")]
+    cfg = TrainConfig(graph=str(graph), strategy=strategy, partition=str(partition), model=args.model,
+                      hidden=args.hidden, num_layers=len(fanouts), fanouts=fanouts, batch_size=args.batch_size,
+                      epochs=epochs, seed=args.seed, workers=args.workers, options=dict(options))
+    return run_ranks(train_rank, args.workers, cfg.to_dict(), evaluate, timeout_s=args.timeout)
+
+
+def epoch_summary(per_rank: list[list[dict[str, Any]]]) -> dict[str, float]:
+    """One run's figures: slowest-rank times, counts summed over ranks, per epoch (mean over epochs)."""
+    epochs = len(per_rank[0])
+    rows = []
+    for e in range(epochs):
+        recs = [r[e] for r in per_rank]
+        row = {"time_epoch": max(r["time_epoch"] for r in recs)}
+        for t in ("sample", "load", "forward_backward", "allreduce", "wait"):
+            row[f"time_{t}"] = max(r["times"].get(t, 0.0) for r in recs)
+        for c in ("sampled_edges", "features_loaded", "bytes_sent", "iterations"):
+            row[c] = sum(r["counters"].get(c, 0.0) for r in recs)
+        row["iterations"] /= len(recs)
+        for k, v in recs[0]["extra"].items():
+            row[f"x_{k}"] = float(v)
+        rows.append(row)
+    return {k: float(np.mean([r[k] for r in rows])) for k in rows[0]}
+
+
+def _median_runs(runs: list[dict[str, float]]) -> dict[str, float]:
+    return {k: float(statistics.median(r[k] for r in runs)) for k in runs[0]}
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    workdir = Path(args.workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    fanouts = [int(f) for f in str(args.fanouts).split(",")]
+    strategies = [s for s in str(args.strategies).split(",") if s]
+    unknown = sorted(set(strategies) - set(STRATEGIES))
+    if unknown:
+        raise ConfigError(f"--strategies: unknown {unknown}; choose from {', '.join(STRATEGIES)}")
+    global_batch = args.batch_size * args.workers
+    graph = Path(args.graph) if args.graph else default_graph(workdir)
+    partition = Path(args.partition) if args.partition else partition_for(
+        graph, "presample", args.workers, workdir, fanouts, global_batch, args.seed)
+
+    # -- strategies side by side, alternating
+    runs: dict[str, list[dict[str, float]]] = {s: [] for s in strategies}
+    for _ in range(args.repeats):
+        for s in strategies:
+            runs[s].append(epoch_summary(run_strategy(s, graph, partition, args, args.epochs)))
+    med = {s: _median_runs(r) for s, r in runs.items()}
+    result: dict[str, Any] = {"workers": args.workers, "model": args.model, "fanouts": fanouts,
+                              "batch_size_per_rank": args.batch_size, "global_batch": global_batch,
+                              "graph": str(graph), "partition": str(partition), "repeats": args.repeats,
+                              "strategies": med}
+
+    def ratio(a: str, key: str) -> float | None:
+        if a in med and "split" in med and med["split"].get(key):
+            return med[a][key] / med["split"][key]
+        return None
+
+    ratios = {f"{a}/split_{key}": ratio(a, key) for a in ("data", "p3") if a in med
+              for key in ("time_epoch", "sampled_edges", "features_loaded", "bytes_sent")}
+    result["ratios"] = ratios
+
+    # -- GSplit Table 1 on the same targets
+    from gnnflow.data.store import open_store
+    from gnnflow.dist.redundancy import redundancy
+
+    store = open_store(graph)
+    book_part = np.load(partition / "node_part.npy")
+    result["table1"] = {
+        "random_micro": redundancy(store.indptr, store.indices, store.train_idx, fanouts, global_batch,
+                                   args.workers, iterations=8, seed=args.seed),
+        "owner_micro": redundancy(store.indptr, store.indices, store.train_idx, fanouts, global_batch,
+                                  args.workers, iterations=8, seed=args.seed, node_part=book_part),
+    }
+
+    # -- Fig. 5: split-parallel on each partition, measured inside training
+    sweep = {}
+    for method in [m for m in str(args.partitions).split(",") if m]:
+        book = partition_for(graph, method, args.workers, workdir, fanouts, global_batch, args.seed)
+        s = epoch_summary(run_strategy("split", graph, book, args, 1))
+        sweep[method] = {k[2:]: v for k, v in s.items() if k.startswith("x_")}
+        sweep[method]["time_epoch"] = s["time_epoch"]
+        sweep[method]["bytes_sent"] = s["bytes_sent"]
+    result["partitions"] = sweep
+
+    # -- Fig. 7: accuracy per epoch
+    if args.accuracy_epochs > 0:
+        acc = {}
+        for s in ("split", "data"):
+            per_rank = run_strategy(s, graph, partition, args, args.accuracy_epochs, evaluate=True)
+            acc[s] = [float(r["test_acc"]) for r in per_rank[0]]
+        result["accuracy"] = acc
+        result["final_test_acc_diff_points"] = 100.0 * abs(acc["split"][-1] - acc["data"][-1])
+
+    head = ratios.get("data/split_features_loaded")
+    result["ratio"] = head
+    result["ratio_name"] = "features loaded per epoch, data-parallel / split-parallel"
+    result["summary"] = _summary(result)
+    return result
+
+
+def _summary(r: dict[str, Any]) -> str:
+    lines = [f"bench split: {r['workers']} ranks, {r['model']}, fanouts {r['fanouts']}, "
+             f"global batch {r['global_batch']}, median of {r['repeats']}"]
+    lines.append(f"{'strategy':9s} {'epoch s':>8s} {'S':>6s} {'L':>6s} {'FB':>6s} {'edges':>10s} "
+                 f"{'features':>10s} {'MB sent':>9s}")
+    for s, m in r["strategies"].items():
+        lines.append(f"{s:9s} {m['time_epoch']:8.2f} {m['time_sample']:6.2f} {m['time_load']:6.2f} "
+                     f"{m['time_forward_backward']:6.2f} {m['sampled_edges']:10.0f} {m['features_loaded']:10.0f} "
+                     f"{m['bytes_sent'] / 1e6:9.2f}")
+    for k, v in r["ratios"].items():
+        if v is not None:
+            lines.append(f"  {k} = {v:.2f}")
+    for name, t in r["table1"].items():
+        lines.append(f"Table 1 ({name}): edges micro/mini = {t['edges_micro']}/{t['edges_mini']} = "
+                     f"{t['edges_ratio']:.2f}x, features micro/mini = {t['features_micro']}/{t['features_mini']} = "
+                     f"{t['features_ratio']:.2f}x")
+    for method, m in r["partitions"].items():
+        layers = " ".join(f"l{i}={m[f'load_imbalance_l{i}']:.3f}" for i in range(len(r["fanouts"]))
+                          if f"load_imbalance_l{i}" in m)
+        lines.append(f"partition {method:9s}: cross-split edges {100 * m.get('cross_edge_fraction', 0):.1f}%, "
+                     f"load imbalance {layers}, epoch {m['time_epoch']:.2f}s")
+    if "accuracy" in r:
+        lines.append("test acc per epoch: " + "; ".join(
+            f"{s}: " + " ".join(f"{a:.4f}" for a in accs) for s, accs in r["accuracy"].items()))
+        lines.append(f"final test accuracy difference: {r['final_test_acc_diff_points']:.2f} points")
+    return "\n".join(lines)
