@@ -153,7 +153,7 @@ class PlannedHalo(FullBatchBase):
             feats = part.features
             if feats is None:
                 raise ConfigError(f"{book.path}/part{rank}: no features.npy; partition with features")
-            self.features = torch.from_numpy(np.asarray(feats, dtype=np.float32)).to(dev)
+            self.features = torch.from_numpy(np.array(feats, dtype=np.float32)).to(dev)
         lookup = part.global_to_local
         self.set_local_data(torch.from_numpy(np.asarray(part.labels)),
                             *(torch.from_numpy(lookup(getattr(part, f"{k}_idx"))) for k in ("train", "val", "test")))
@@ -186,7 +186,7 @@ class PlannedHalo(FullBatchBase):
             b.src_deg, b.dst_deg = out_deg[b.src_ids], in_deg[b.dst_ids]
         self.blocks = [b.to(self.ctx.device) for b in blocks]
         src = blocks[0].src_ids.numpy()
-        self.features = torch.from_numpy(np.asarray(store.features[src], dtype=np.float32)).to(self.ctx.device)
+        self.features = torch.from_numpy(np.array(store.features[src], dtype=np.float32)).to(self.ctx.device)
         self.replicated_vertices = int(src.shape[0])
 
     # ----- the model on the local graph -----------------------------------------------------------
@@ -232,7 +232,7 @@ def full_graph_reference(graph: str, model: str, hidden: int, num_layers: int, n
     from gnnflow.nn import build_model
 
     store = open_store(graph)
-    x = torch.from_numpy(np.asarray(store.features, dtype=np.float32))
+    x = torch.from_numpy(np.array(store.features, dtype=np.float32))
     y = torch.from_numpy(np.asarray(store.labels, dtype=np.int64))
     train = torch.from_numpy(np.asarray(store.train_idx, dtype=np.int64))
     _seed(seed)
