@@ -30,44 +30,52 @@ def _rank_engine(a: np.ndarray, node_part: np.ndarray, rank: int, p: int, overla
     return BroadcastSpMM(tiles, tiles_t, rp.block_rows, rank, p, overlap=overlap, skip_rounds=skip), rows
 
 
-def _spmm_rank(ctx, a, node_part, x, g, overlap, skip):
-    engine, rows = _rank_engine(a, node_part, ctx.rank, ctx.world_size, overlap, skip)
-    xl = torch.from_numpy(x[rows]).requires_grad_(True)
-    y = dist_spmm(xl, engine)
-    y.backward(torch.from_numpy(g[rows]))
-    return rows, y.detach().numpy(), xl.grad.numpy(), len(engine.records), engine.bytes_received
+def _spmm_rank(ctx, a, node_part, x, g, skip):
+    out = {}
+    for overlap in (True, False):
+        engine, rows = _rank_engine(a, node_part, ctx.rank, ctx.world_size, overlap, skip)
+        xl = torch.from_numpy(x[rows]).requires_grad_(True)
+        y = dist_spmm(xl, engine)
+        y.backward(torch.from_numpy(g[rows]))
+        out[overlap] = (rows, y.detach().numpy(), xl.grad.numpy(), len(engine.records), engine.bytes_received)
+    return out
 
 
-def _run(p: int, overlap: bool = True, skip: tuple[int, ...] = (), permute: bool = True):
+def _run(p: int, skip: tuple[int, ...] = (), permute: bool = True):
     a = _matrix()
     n = a.shape[0]
     rng = np.random.default_rng(1)
     node_part = rng.permutation(natural_blocks(n, p)).astype(np.int32) if permute else natural_blocks(n, p)
     x = rng.standard_normal((n, 7)).astype(np.float32)
     g = rng.standard_normal((n, 7)).astype(np.float32)
-    results = run_ranks(_spmm_rank, p, a, node_part, x, g, overlap, skip, timeout_s=60)
-    y = np.zeros_like(x)
-    gx = np.zeros_like(x)
-    for rows, yl, gl, nrec, _ in results:
-        y[rows], gx[rows] = yl, gl
-    return a, x, g, y, gx, results
+    results = run_ranks(_spmm_rank, p, a, node_part, x, g, skip, timeout_s=120)
+    per_mode = {}
+    for overlap in (True, False):
+        y = np.zeros_like(x)
+        gx = np.zeros_like(x)
+        for res in results:
+            rows, yl, gl, _, _ = res[overlap]
+            y[rows], gx[rows] = yl, gl
+        per_mode[overlap] = (y, gx, [res[overlap] for res in results])
+    return a, x, g, per_mode
 
 
 @pytest.mark.parametrize("p", [1, 2, 4])
-@pytest.mark.parametrize("overlap", [True, False])
-def test_broadcast_spmm_forward_and_transposed_backward_are_exact(p, overlap):
-    a, x, g, y, gx, results = _run(p, overlap)
-    np.testing.assert_allclose(y, a @ x, rtol=1e-5, atol=1e-5)
-    np.testing.assert_allclose(gx, a.T @ g, rtol=1e-5, atol=1e-5)  # A is not symmetric: Aᵀ tiles are used
-    for _, _, _, nrec, nbytes in results:
-        assert nrec == 2 * p  # P rounds forward, P rounds backward
-        if p > 1:
-            assert nbytes > 0
+def test_broadcast_spmm_forward_and_transposed_backward_are_exact(p):
+    a, x, g, per_mode = _run(p)
+    for y, gx, results in per_mode.values():  # overlap on and off
+        np.testing.assert_allclose(y, a @ x, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(gx, a.T @ g, rtol=1e-5, atol=1e-5)  # A is not symmetric: Aᵀ tiles are used
+        for _, _, _, nrec, nbytes in results:
+            assert nrec == 2 * p  # P rounds forward, P rounds backward
+            if p > 1:
+                assert nbytes > 0
 
 
 def test_skipping_a_round_is_detected():
-    a, x, g, y, gx, _ = _run(2, skip=(1,))
-    assert np.abs(y - a @ x).max() > 1e-2
+    a, x, g, per_mode = _run(2, skip=(1,))
+    for y, _, _ in per_mode.values():
+        assert np.abs(y - a @ x).max() > 1e-2
 
 
 def test_csr_tile_kernel_and_torch_fallback_agree(monkeypatch):

@@ -62,16 +62,24 @@ log = logging.getLogger("gnnflow.spmm")
 _KERNEL_SRC = r"""
 #include <stdint.h>
 #include <string.h>
-/* Y[r,:] (+)= sum_e val[e] * X[indices[e], :] over the CSR row r; rows in parallel. */
+/* Y[r,:] (+)= sum_e val[e] * X[indices[e], :] over the CSR row r; rows in parallel.
+   The rows of X that edge e+PF will read are prefetched (random gathers are latency bound). */
+#define PF 8
 void gnnflow_spmm_f32(int64_t nrows, const int64_t* indptr, const int32_t* indices, const float* val,
                       const float* X, int64_t ldx, float* Y, int64_t ldy, int64_t d,
                       int accumulate, int nthreads) {
+  const int64_t nnz = indptr[nrows];
+  const int64_t row_bytes = d * (int64_t)sizeof(float);
   #pragma omp parallel for schedule(dynamic, 256) num_threads(nthreads)
   for (int64_t r = 0; r < nrows; ++r) {
     float* restrict y = Y + r * ldy;
     if (!accumulate) memset(y, 0, sizeof(float) * (size_t)d);
     const int64_t end = indptr[r + 1];
     for (int64_t e = indptr[r]; e < end; ++e) {
+      if (e + PF < nnz) {
+        const char* p = (const char*)(X + (int64_t)indices[e + PF] * ldx);
+        for (int64_t b = 0; b < row_bytes; b += 64) __builtin_prefetch(p + b, 0, 3);
+      }
       const float w = val[e];
       const float* restrict x = X + (int64_t)indices[e] * ldx;
       for (int64_t k = 0; k < d; ++k) y[k] += w * x[k];

@@ -16,6 +16,7 @@ destinations, so the CSR of the graph store *is* the row block of ``Â``.
 Options (``cfg.options``, ``--opt key=value``):
 
 ``norm``              "both" (default) | "right"
+``self_loops``        true (default): Â is built from A + I (the reference adds the loops to its graph)
 ``overlap``           true (default): broadcast of round j+1 overlaps the SpMM of round j (§4.3)
 ``permute``           true (default): permute-1d row blocks (§5.2); false: natural order
                       (used only when no partition book is given)
@@ -48,7 +49,7 @@ from gnnflow.dist.spmm import BroadcastSpMM, csr_tiles, dist_spmm, transpose_til
 from gnnflow.errors import ConfigError
 from gnnflow.results.schema import Recorder
 from gnnflow.strategies.base import RankContext
-from gnnflow.strategies.fullbatch_base import FullBatchBase
+from gnnflow.strategies.fullbatch_base import FullBatchBase, all_reduce_sum
 
 NORMS = ("both", "right")
 MEMORY_MODES = ("reuse", "autograd")
@@ -193,6 +194,24 @@ def _bool(v: Any) -> bool:
     return bool(v)
 
 
+def model_name(norm: str) -> str:
+    """``gnnflow.nn.build_model`` name of the GCN with this normalisation."""
+    return "gcn" if norm == "both" else "gcn-right"
+
+
+def with_self_loops(indptr: np.ndarray, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """CSR of A + I: vertex v appended to its own in-neighbour list."""
+    indptr = np.asarray(indptr, dtype=np.int64)
+    n = indptr.shape[0] - 1
+    new_ptr = indptr + np.arange(n + 1, dtype=np.int64)
+    out = np.empty(int(new_ptr[-1]), dtype=np.int64)
+    is_loop = np.zeros(out.shape[0], dtype=bool)
+    is_loop[new_ptr[1:] - 1] = True
+    out[~is_loop] = np.asarray(indices, dtype=np.int64)
+    out[is_loop] = np.arange(n, dtype=np.int64)
+    return new_ptr, out
+
+
 def layer_params(layer: torch.nn.Module) -> tuple[torch.nn.Parameter, torch.nn.Parameter | None]:
     """(W [in, out], bias [out] or None) of a :class:`gnnflow.nn.GCNConv`."""
     return layer.weight, getattr(layer, "bias", None)
@@ -221,6 +240,7 @@ class FullBatch(FullBatchBase):
         if self.transpose not in ("auto", "exchange"):
             raise ConfigError(f"options.transpose: must be 'auto' or 'exchange', got {self.transpose!r}")
         self.cache_input_spmm = _bool(opts.get("cache_input_spmm", False))
+        self.self_loops = _bool(opts.get("self_loops", True))
         self.skip_rounds = skip_rounds
         self.engine: BroadcastSpMM | None = None
         self.features: torch.Tensor | None = None
@@ -229,7 +249,7 @@ class FullBatch(FullBatchBase):
         self._agg0_valid = False
 
     # ----- data ------------------------------------------------------------------------------
-    def _load_rows(self) -> tuple[RankRows, RowPartition, int, bool]:
+    def _load_rows(self) -> tuple[RankRows, RowPartition, int, dict[str, Any]]:
         from gnnflow.data.store import open_store
 
         p, rank = self.ctx.world_size, self.ctx.rank
@@ -242,22 +262,21 @@ class FullBatch(FullBatchBase):
                                   f"re-run `gnnflow partition --method permute-1d --parts {p}`")
             rp = RowPartition.from_node_part(np.asarray(book.node_part), p)
             rows = rows_from_part(book.load_part(rank))
-            directed = bool(_store_meta(book.graph_path).get("directed", True))
-            return rows, rp, book.num_nodes, directed
+            return rows, rp, book.num_nodes, _store_meta(book.graph_path)
         store = open_store(self.cfg.graph)
         rp = RowPartition.from_node_part(row_blocks(store, p, self.cfg.seed, self.permute), p)
         rows = rows_from_store(store, rp.rows_of(rank))
-        return rows, rp, store.num_nodes, bool(store.meta.get("directed", True))
+        return rows, rp, store.num_nodes, dict(store.meta)
 
     def prepare(self) -> None:
         from gnnflow.nn import build_model
-        from gnnflow.strategies.common import seed_everything
 
-        rows, rp, num_nodes, directed = self._load_rows()
+        rows, rp, num_nodes, meta = self._load_rows()
+        directed = bool(meta.get("directed", True))
         rank, p = self.ctx.rank, self.ctx.world_size
         dev = self.ctx.device
         out_deg = global_out_degrees(rows.sources, num_nodes) if self.norm == "both" else np.zeros(0)
-        row, cblk, cloc, val = normalized_entries(rows, rp, self.norm, out_deg)
+        row, cblk, cloc, val = normalized_entries(rows, rp, self.norm, out_deg, self.self_loops)
         n = rows.global_ids.shape[0]
         tiles = csr_tiles(row, cblk, cloc, val, n, rp.block_rows)
         symmetric = (not directed) and self.norm == "both"
@@ -274,9 +293,9 @@ class FullBatch(FullBatchBase):
         self.features = torch.from_numpy(rows.features).to(dev)
         self.set_local_data(torch.from_numpy(rows.labels), *(torch.from_numpy(rows.split_rows[k])
                                                              for k in ("train", "val", "test")))
-        num_classes = _global_max(int(rows.labels.max(initial=-1)) + 1)
-        seed_everything(self.cfg.seed)
-        self.model = build_model("gcn", rows.features.shape[1], self.cfg.hidden, num_classes, self.cfg.num_layers,
+        num_classes = int(meta.get("num_classes") or _global_max(int(rows.labels.max(initial=-1)) + 1))
+        seed_all(self.cfg.seed)
+        self.model = build_model(model_name(self.norm), rows.features.shape[1], self.cfg.hidden, num_classes, self.cfg.num_layers,
                                  self.cfg.dropout, self.cfg.heads).to(dev)
         self.dims = [rows.features.shape[1]] + [layer_params(m)[0].shape[1] for m in self.model.layers]
         self.optimizer = self.build_optimizer()
@@ -440,6 +459,17 @@ class FullBatch(FullBatchBase):
         return [dict(r.__dict__, rank=self.ctx.rank) for r in self.engine.records]
 
 
+def seed_all(seed: int) -> None:
+    """``strategies.common.seed_everything`` when present (weights identical on every rank)."""
+    try:
+        from gnnflow.strategies.common import seed_everything
+    except ImportError:
+        torch.manual_seed(seed)
+        np.random.seed(seed)
+        return
+    seed_everything(seed)
+
+
 def _acc_grad(p: torch.nn.Parameter, g: torch.Tensor) -> None:
     if p.grad is None:
         p.grad = g.clone()
@@ -461,3 +491,108 @@ def _store_meta(path: Any) -> dict[str, Any]:
     f = Path(path) / "meta.json"
     return json.loads(f.read_text()) if f.exists() else {}
 
+
+
+# ----------------------------------------------------------------------------------------------
+# Equivalence with single-process full-batch GCN
+# ----------------------------------------------------------------------------------------------
+
+
+def reference_full_batch(graph: str, cfg: TrainConfig, norm: str) -> dict[str, Any]:
+    """Single-process full-batch GCN (``gnnflow.nn``) on the whole graph: logits, loss, grads, weights."""
+    from gnnflow.data.store import open_store
+    from gnnflow.nn import build_model
+    from gnnflow.sampling import Block
+
+    store = open_store(graph)
+    x = torch.from_numpy(np.array(store.features, dtype=np.float32))
+    y = torch.from_numpy(np.array(store.labels, dtype=np.int64))
+    train = torch.from_numpy(np.array(store.train_idx, dtype=np.int64))
+    seed_all(cfg.seed)
+    model = build_model(model_name(norm), x.shape[1], cfg.hidden, int(store.meta["num_classes"]),
+                        cfg.num_layers, cfg.dropout, cfg.heads)
+    indptr, indices = np.asarray(store.indptr), np.asarray(store.indices)
+    if _bool(cfg.options.get("self_loops", True)):
+        indptr, indices = with_self_loops(indptr, indices)
+    block = Block.full_graph(indptr, indices)
+    logits = model([block] * cfg.num_layers, x)
+    loss = F.cross_entropy(logits[train], y[train])
+    loss.backward()
+    return {"logits": logits.detach().numpy(), "loss": float(loss.detach()),
+            "grads": {k: p.grad.numpy().copy() for k, p in model.named_parameters()},
+            "state": {k: v.clone() for k, v in model.state_dict().items()}}
+
+
+def _verify_rank(ctx: RankContext, cfg_dict: dict[str, Any], state: dict[str, torch.Tensor],
+                 skip_rounds: tuple[int, ...]) -> dict[str, Any]:
+    from gnnflow.dist.comm import all_reduce_gradients
+
+    s = FullBatch(TrainConfig.from_dict(cfg_dict), ctx, skip_rounds=skip_rounds)
+    s.prepare()
+    assert s.model is not None
+    s.model.load_state_dict(state)
+    with torch.no_grad():
+        logits = s.forward_local(False).numpy().copy()
+    s.model.zero_grad(set_to_none=True)
+    share = s.compute_gradients(Recorder())
+    all_reduce_gradients(s.model, average=False)
+    loss = float(all_reduce_sum([share])[0].item())
+    return {"ids": s.global_ids, "logits": logits, "loss": loss,
+            "grads": {k: p.grad.numpy().copy() for k, p in s.model.named_parameters()},
+            "rounds": len(s.engine.records) if s.engine else 0}
+
+
+def verify(workers: int, model: str = "gcn", seed: int = 0, **kw: Any) -> dict[str, Any]:
+    """Logits, loss and weight gradients of the P-rank full-batch GCN vs single-process GCN.
+
+    ``kw``: ``graph`` (a store path; default: a small power-law synthetic graph),
+    ``num_layers`` (2), ``hidden`` (16), ``norm`` ("both"), ``memory`` ("reuse"),
+    ``overlap`` (True), ``permute`` (True), ``transpose`` ("auto"), ``tol`` (1e-5,
+    relative to the largest reference magnitude), ``skip_rounds`` (test only: rounds
+    whose SpMM is dropped, which must make the check fail).
+    """
+    import tempfile
+
+    from gnnflow.dist.launch import run_ranks
+
+    if model != "gcn":
+        raise ConfigError(f"--model {model}: strategy fullbatch verifies GCN only (MG-GCN); pass --model gcn")
+    tol = float(kw.pop("tol", 1e-5))
+    skip_rounds = tuple(kw.pop("skip_rounds", ()))
+    norm = str(kw.pop("norm", "both"))
+    graph = kw.pop("graph", None)
+    options = {"norm": norm, "memory": kw.pop("memory", "reuse"), "overlap": kw.pop("overlap", True),
+               "permute": kw.pop("permute", True), "transpose": kw.pop("transpose", "auto"),
+               "self_loops": kw.pop("self_loops", True)}
+    num_layers = int(kw.pop("num_layers", 2))
+    hidden = int(kw.pop("hidden", 16))
+    timeout_s = float(kw.pop("timeout_s", 120))
+    if kw:
+        raise ConfigError(f"verify fullbatch: unknown option(s) {sorted(kw)}")
+    with tempfile.TemporaryDirectory(prefix="gnnflow-verify-") as tmp:
+        if graph is None:
+            from gnnflow.data.synthetic import prepare_synthetic
+
+            graph = str(prepare_synthetic(f"{tmp}/graph", num_nodes=600, avg_degree=6, feature_dim=12,
+                                          num_classes=5, seed=seed).path)
+        cfg = TrainConfig(graph=str(graph), strategy="fullbatch", model="gcn", hidden=hidden,
+                          num_layers=num_layers, fanouts=[-1] * num_layers, dropout=0.0, seed=seed,
+                          workers=workers, options=options)
+        ref = reference_full_batch(str(graph), cfg, norm)
+        results = run_ranks(_verify_rank, workers, cfg.to_dict(), ref["state"], skip_rounds, timeout_s=timeout_s)
+    logits = np.zeros_like(ref["logits"])
+    for r in results:
+        logits[r["ids"]] = r["logits"]
+    grads = results[0]["grads"]
+    diffs = {"logits": float(np.abs(logits - ref["logits"]).max()),
+             "loss": abs(results[0]["loss"] - ref["loss"]),
+             "grads": max(float(np.abs(grads[k] - ref["grads"][k]).max()) for k in ref["grads"])}
+    scale = {"logits": float(np.abs(ref["logits"]).max()), "loss": abs(ref["loss"]),
+             "grads": max(float(np.abs(g).max()) for g in ref["grads"].values())}
+    rel = {k: diffs[k] / max(scale[k], 1e-30) for k in diffs}
+    # every rank holds the same replicated gradient after the all-reduce
+    same = all(np.array_equal(r["grads"][k], grads[k]) for r in results for k in grads)
+    return {"passed": bool(all(v <= tol for v in rel.values()) and same), "max_abs_diff": diffs,
+            "max_rel_diff": rel, "workers": workers, "num_layers": num_layers, "norm": norm,
+            "memory": options["memory"], "overlap": options["overlap"], "tolerance": tol,
+            "rounds_per_rank": results[0]["rounds"], "loss": ref["loss"]}

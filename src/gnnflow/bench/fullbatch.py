@@ -1,0 +1,315 @@
+"""``gnnflow bench fullbatch``: full-batch GCN (MG-GCN §6.3, §6.4, §6.6) on this machine.
+
+Three measurements, each side by side in one run:
+
+1. **single process** (§6.6): epoch time of our full-batch GCN (buffer reuse,
+   op-order choice, saved first-layer backward SpMM) vs DGL 1.1.3
+   ``GraphConv`` full-graph training on the same graph, model sizes,
+   normalisation (self-loops + ``norm``), optimizer (Adam) and dropout.  The two
+   alternate epoch by epoch; medians are compared.  Headline ratio: ours/DGL.
+2. **P ranks** (§6.3, §6.4): epoch time (max over ranks, median over epochs)
+   with overlap on/off × permutation on/off, plus the per-round comm/compute
+   split and the tile-nnz balance (Fig. 7).  The graph is relabelled by
+   descending degree first (as real datasets are often ordered), so the
+   natural row blocks are skewed; the synthetic generator's own ids are random.
+3. **memory** (§4.2, ``--memory``): per-rank peak resident memory during one
+   training epoch with buffer reuse vs plain autograd (L=3, hidden 256 by
+   default).  Method: the kernel's peak-RSS counter (VmHWM) is reset through
+   ``/proc/self/clear_refs`` right before the epoch and read after it; the
+   epoch's extra memory is that peak minus the resident size before the epoch
+   (model, graph tiles, features and the Python/torch runtime are in both).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from gnnflow.config import TrainConfig
+from gnnflow.results.schema import Recorder
+from gnnflow.strategies.base import RankContext
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--graph", help="graph store (default: generate a synthetic one into --work)")
+    parser.add_argument("--work", help="directory for generated graphs (default: a temporary directory)")
+    parser.add_argument("--nodes", type=int, default=100_000)
+    parser.add_argument("--avg-degree", type=float, default=12.0)
+    parser.add_argument("--feature-dim", type=int, default=128)
+    parser.add_argument("--classes", type=int, default=16)
+    parser.add_argument("--hidden", type=int, default=256)
+    parser.add_argument("--layers", type=int, default=2)
+    parser.add_argument("--norm", default="both", choices=["both", "right"])
+    parser.add_argument("--dropout", type=float, default=0.5)
+    parser.add_argument("--epochs", type=int, default=5, help="timed epochs per repeat (after one warm-up)")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--workers", type=int, default=2, help="ranks for the P-rank section")
+    parser.add_argument("--skip-single", action="store_true")
+    parser.add_argument("--skip-ranks", action="store_true")
+    parser.add_argument("--memory", action="store_true", help="also measure reuse vs autograd peak memory")
+    parser.add_argument("--memory-nodes", type=int, default=100_000)
+    parser.add_argument("--memory-layers", type=int, default=3)
+    parser.add_argument("--memory-feature-dim", type=int, default=32)
+    parser.add_argument("--cache-input-spmm", action="store_true",
+                        help="ours also keeps ÂX across epochs (exact; DGL recomputes it)")
+    parser.add_argument("--timeline-out", help="write the per-round records of the P-rank runs here (JSON)")
+
+
+# ----------------------------------------------------------------------------------------------
+# graphs
+# ----------------------------------------------------------------------------------------------
+
+
+def synthetic_graph(work: Path, nodes: int, avg_degree: float, feature_dim: int, classes: int, seed: int = 0) -> str:
+    from gnnflow.data.store import open_store
+    from gnnflow.data.synthetic import prepare_synthetic
+
+    out = work / f"synthetic-n{nodes}-d{avg_degree:g}-f{feature_dim}-c{classes}-s{seed}"
+    if (out / "meta.json").exists():
+        return str(open_store(out).path)
+    return str(prepare_synthetic(out, num_nodes=nodes, avg_degree=avg_degree, feature_dim=feature_dim,
+                                 num_classes=classes, seed=seed).path)
+
+
+def degree_ordered_copy(graph: str, out: Path) -> str:
+    """The same graph with vertices relabelled by descending in-degree (a skewed natural order)."""
+    from gnnflow.data.csr import build_csr, csr_to_coo
+    from gnnflow.data.store import open_store, write_store
+
+    if (out / "meta.json").exists():
+        return str(out)
+    s = open_store(graph)
+    order = np.argsort(-np.diff(np.asarray(s.indptr)), kind="stable")  # new id -> old id
+    new_of_old = np.empty_like(order)
+    new_of_old[order] = np.arange(order.shape[0])
+    src, dst = csr_to_coo(np.asarray(s.indptr), np.asarray(s.indices))
+    indptr, indices = build_csr(new_of_old[src], new_of_old[dst], s.num_nodes, symmetrize=False)
+    write_store(out, name=f"{s.meta.get('name', 'graph')}-degree-ordered", source="bench-relabel",
+                indptr=indptr, indices=indices, features=np.asarray(s.features)[order],
+                labels=np.asarray(s.labels)[order], train_idx=np.sort(new_of_old[s.train_idx]),
+                val_idx=np.sort(new_of_old[s.val_idx]), test_idx=np.sort(new_of_old[s.test_idx]),
+                num_classes=int(s.meta["num_classes"]), directed=bool(s.meta.get("directed", True)))
+    return str(out)
+
+
+# ----------------------------------------------------------------------------------------------
+# single process: ours vs DGL GraphConv
+# ----------------------------------------------------------------------------------------------
+
+
+def _cfg(graph: str, args: argparse.Namespace, workers: int = 1, **options: Any) -> TrainConfig:
+    layers = options.pop("layers", args.layers)
+    return TrainConfig(graph=graph, strategy="fullbatch", model="gcn", hidden=options.pop("hidden", args.hidden),
+                       num_layers=layers, fanouts=[-1] * layers, dropout=args.dropout, lr=0.01, seed=0,
+                       workers=workers, options={"norm": args.norm, **options})
+
+
+class DGLFullGraphGCN:
+    """DGL 1.1.3 GraphConv stack trained full-graph (the peer, as in MG-GCN §6.6)."""
+
+    def __init__(self, graph: str, args: argparse.Namespace) -> None:
+        import dgl
+        from dgl.nn import GraphConv
+
+        from gnnflow.data.store import open_store
+
+        s = open_store(graph)
+        src = torch.from_numpy(np.asarray(s.indices, dtype=np.int64))
+        dst = torch.repeat_interleave(torch.arange(s.num_nodes), torch.from_numpy(np.diff(np.asarray(s.indptr))))
+        g = dgl.add_self_loop(dgl.graph((src, dst), num_nodes=s.num_nodes))
+        self.g = g.formats(["csc", "csr"])  # both directions built once, as a tuned DGL user would
+        self.x = torch.from_numpy(np.asarray(s.features, dtype=np.float32))
+        self.y = torch.from_numpy(np.asarray(s.labels, dtype=np.int64))
+        self.train = torch.from_numpy(np.asarray(s.train_idx, dtype=np.int64))
+        dims = [self.x.shape[1]] + [args.hidden] * (args.layers - 1) + [int(s.meta["num_classes"])]
+        torch.manual_seed(0)
+        self.layers = torch.nn.ModuleList(GraphConv(a, b, norm=args.norm) for a, b in zip(dims[:-1], dims[1:], strict=True))
+        self.dropout = torch.nn.Dropout(args.dropout)
+        self.opt = torch.optim.Adam(self.layers.parameters(), lr=0.01)
+
+    def epoch(self) -> float:
+        self.layers.train()
+        self.opt.zero_grad()
+        h = self.x
+        for i, layer in enumerate(self.layers):
+            h = layer(self.g, h)
+            if i < len(self.layers) - 1:
+                h = self.dropout(torch.relu(h))
+        loss = torch.nn.functional.cross_entropy(h[self.train], self.y[self.train])
+        loss.backward()
+        self.opt.step()
+        return float(loss)
+
+
+def single_process(graph: str, args: argparse.Namespace) -> dict[str, Any]:
+    from gnnflow.strategies.fullbatch import FullBatch
+
+    ours = FullBatch(_cfg(graph, args, cache_input_spmm=args.cache_input_spmm), RankContext())
+    ours.prepare()
+    peer = DGLFullGraphGCN(graph, args)
+    times: dict[str, list[float]] = {"ours": [], "dgl": []}
+    losses: dict[str, float] = {}
+    runners = {"ours": lambda: ours.run_epoch(0, Recorder()), "dgl": peer.epoch}
+    for _ in range(args.repeats):
+        for fn in runners.values():
+            fn()  # warm-up
+        for _ in range(args.epochs):
+            for name, fn in runners.items():  # alternate epoch by epoch
+                t = time.perf_counter()
+                losses[name] = fn()
+                times[name].append(time.perf_counter() - t)
+    med = {k: statistics.median(v) for k, v in times.items()}
+    return {"ours_epoch_s": med["ours"], "dgl_epoch_s": med["dgl"], "ratio": med["ours"] / med["dgl"],
+            "ours_epoch_all_s": times["ours"], "dgl_epoch_all_s": times["dgl"],
+            "ours_last_loss": losses["ours"], "dgl_last_loss": losses["dgl"],
+            "order_spmm_first": [ours.spmm_first(i) for i in range(args.layers)]}
+
+
+# ----------------------------------------------------------------------------------------------
+# P ranks: overlap and permutation
+# ----------------------------------------------------------------------------------------------
+
+
+def _bench_rank(ctx: RankContext, cfg_dict: dict[str, Any], epochs: int) -> dict[str, Any]:
+    from gnnflow.strategies.fullbatch import FullBatch
+
+    s = FullBatch(TrainConfig.from_dict(cfg_dict), ctx)
+    s.prepare()
+    s.run_epoch(0, Recorder())  # warm-up
+    out: dict[str, Any] = {"epoch_s": [], "comm_s": [], "compute_s": []}
+    for e in range(epochs):
+        rec = Recorder()
+        t = time.perf_counter()
+        s.run_epoch(e + 1, rec)
+        out["epoch_s"].append(time.perf_counter() - t)
+        out["comm_s"].append(rec.extra["spmm_comm_s"])
+        out["compute_s"].append(rec.extra["spmm_compute_s"])
+    out["timeline"] = s.timeline()
+    out["balance"] = s.balance
+    out["tile_nnz"] = s.tile_nnz.tolist()
+    return out
+
+
+def ranks_section(graph: str, args: argparse.Namespace) -> dict[str, Any]:
+    from gnnflow.dist.launch import run_ranks
+
+    res: dict[str, Any] = {}
+    for permute in (True, False):
+        for overlap in (True, False):
+            key = f"{'perm' if permute else 'natural'}_{'overlap' if overlap else 'sequential'}"
+            cfg = _cfg(graph, args, workers=args.workers, permute=permute, overlap=overlap)
+            out = run_ranks(_bench_rank, args.workers, cfg.to_dict(), args.epochs, timeout_s=600,
+                            threads_per_rank=max(1, (os.cpu_count() or 1) // args.workers))
+            epoch = [max(r["epoch_s"][e] for r in out) for e in range(args.epochs)]
+            res[key] = {"epoch_s": statistics.median(epoch),
+                        "comm_s_per_rank": [statistics.median(r["comm_s"]) for r in out],
+                        "compute_s_per_rank": [statistics.median(r["compute_s"]) for r in out],
+                        "balance": out[0]["balance"], "tile_nnz": out[0]["tile_nnz"],
+                        "timeline": [row for r in out for row in r["timeline"]]}
+    return res
+
+
+# ----------------------------------------------------------------------------------------------
+# memory: buffer reuse vs plain autograd
+# ----------------------------------------------------------------------------------------------
+
+
+def _rss_kib(field: str) -> int:
+    with open("/proc/self/status") as fh:
+        for line in fh:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise OSError(f"/proc/self/status has no {field}")
+
+
+def _memory_rank(ctx: RankContext, cfg_dict: dict[str, Any]) -> dict[str, Any]:
+    from gnnflow.strategies.fullbatch import FullBatch
+
+    s = FullBatch(TrainConfig.from_dict(cfg_dict), ctx)
+    s.prepare()
+    peaks = []
+    for e in range(2):  # the second epoch runs with every persistent buffer already allocated
+        before = _rss_kib("VmRSS")
+        with open("/proc/self/clear_refs", "w") as fh:
+            fh.write("5")  # reset VmHWM (Linux >= 4.0)
+        s.run_epoch(e, Recorder())
+        peaks.append({"rss_before_mib": before / 1024, "peak_mib": _rss_kib("VmHWM") / 1024})
+    last = peaks[-1]
+    return {"rss_before_mib": peaks[0]["rss_before_mib"], "peak_mib": max(p["peak_mib"] for p in peaks),
+            "epoch_extra_mib": max(p["peak_mib"] for p in peaks) - peaks[0]["rss_before_mib"],
+            "steady_rss_mib": last["rss_before_mib"], "buffer_mib": s.buffer_bytes() / 2**20,
+            "rows": s.engine.num_rows if s.engine else 0}
+
+
+def memory_section(graph: str, args: argparse.Namespace) -> dict[str, Any]:
+    from gnnflow.dist.launch import run_ranks
+
+    res: dict[str, Any] = {}
+    for memory in ("reuse", "autograd"):
+        cfg = _cfg(graph, args, workers=args.workers, memory=memory, layers=args.memory_layers, hidden=args.hidden)
+        out = run_ranks(_memory_rank, args.workers, cfg.to_dict(), timeout_s=600)
+        res[memory] = {"per_rank": out, "peak_mib": max(r["peak_mib"] for r in out),
+                       "epoch_extra_mib": max(r["epoch_extra_mib"] for r in out)}
+    res["ratio_peak"] = res["reuse"]["peak_mib"] / res["autograd"]["peak_mib"]
+    res["ratio_epoch_extra"] = res["reuse"]["epoch_extra_mib"] / res["autograd"]["epoch_extra_mib"]
+    return res
+
+
+# ----------------------------------------------------------------------------------------------
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    import json
+
+    with tempfile.TemporaryDirectory(prefix="gnnflow-bench-fullbatch-") as tmp:
+        work = Path(args.work) if args.work else Path(tmp)
+        work.mkdir(parents=True, exist_ok=True)
+        graph = args.graph or synthetic_graph(work, args.nodes, args.avg_degree, args.feature_dim, args.classes)
+        from gnnflow.data.store import open_store
+
+        num_edges = int(open_store(graph).indices.shape[0])
+        result: dict[str, Any] = {"graph": graph, "num_edges": num_edges, "hidden": args.hidden,
+                                  "layers": args.layers, "norm": args.norm, "workers": args.workers,
+                                  "ratio_name": "ours/DGL single-process full-batch GCN epoch time"}
+        parts = []
+        if not args.skip_single:
+            single = single_process(graph, args)
+            result.update({k: v for k, v in single.items() if k != "ratio"})
+            result["ratio"] = single["ratio"]
+            parts.append(f"single process ({num_edges} edges, hidden {args.hidden}, {args.layers} layers): "
+                         f"ours {single['ours_epoch_s']:.3f}s vs DGL {single['dgl_epoch_s']:.3f}s per epoch, "
+                         f"ratio {single['ratio']:.3f}")
+        if not args.skip_ranks:
+            skewed = degree_ordered_copy(graph, work / (Path(graph).name + "-degree-ordered"))
+            ranks = ranks_section(skewed, args)
+            if args.timeline_out:
+                Path(args.timeline_out).write_text(json.dumps({k: v["timeline"] for k, v in ranks.items()}))
+            for v in ranks.values():
+                v.pop("timeline")
+            result["ranks"] = ranks
+            p, n = ranks["perm_overlap"], ranks["natural_overlap"]
+            parts.append(
+                f"P={args.workers}: epoch overlap {p['epoch_s']:.3f}s vs sequential "
+                f"{ranks['perm_sequential']['epoch_s']:.3f}s (permuted); permuted {p['epoch_s']:.3f}s vs natural "
+                f"{n['epoch_s']:.3f}s (overlap); tile nnz max/avg permuted "
+                f"{p['balance']['tile_nnz_max_over_avg']:.3f} vs natural {n['balance']['tile_nnz_max_over_avg']:.3f}")
+        if args.memory:
+            mgraph = synthetic_graph(work, args.memory_nodes, args.avg_degree, args.memory_feature_dim, args.classes)
+            mem = memory_section(mgraph, args)
+            result["memory"] = mem
+            parts.append(f"memory L={args.memory_layers} hidden {args.hidden}: epoch peak above baseline reuse "
+                         f"{mem['reuse']['epoch_extra_mib']:.0f} MiB vs autograd "
+                         f"{mem['autograd']['epoch_extra_mib']:.0f} MiB (ratio {mem['ratio_epoch_extra']:.3f}); "
+                         f"total peak {mem['reuse']['peak_mib']:.0f} vs {mem['autograd']['peak_mib']:.0f} MiB "
+                         f"(ratio {mem['ratio_peak']:.3f})")
+        result.setdefault("ratio", float("nan"))
+        result["summary"] = "; ".join(parts)
+        return result
