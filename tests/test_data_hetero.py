@@ -161,3 +161,19 @@ def test_matches_dgl_to_homogeneous():
     et = np.empty(m, np.int32)
     et[eid] = d["extra_arrays"]["edge_type"]
     assert np.array_equal(et, h.edata[dgl.ETYPE].numpy())
+
+
+def test_homogenize_cli_on_stores(tmp_path, hetero_store, tiny_store, capsys):
+    """The workflow's `homogenize` rule runs on a prepared store: typed or plain."""
+    assert cli(["homogenize", str(hetero_store.path), "--out", str(tmp_path / "again"),
+                "--no-reverse-edges"]) == 0
+    again = open_store(tmp_path / "again")
+    assert again.meta["directed"] and len(again.meta["edge_types"]) == 4
+    assert hetero_equal(heterogenize(again), heterogenize(hetero_store)) == []
+    assert cli(["homogenize", str(tiny_store.path), "--out", str(tmp_path / "plain")]) == 0
+    plain = open_store(tmp_path / "plain")
+    validate_hetero(plain)
+    assert plain.meta["node_types"] == ["_N"] and not plain.meta["directed"]
+    assert np.array_equal(plain.indices, tiny_store.indices)
+    assert np.array_equal(plain.indptr, tiny_store.indptr)
+    assert np.array_equal(plain.features, tiny_store.features)

@@ -1,10 +1,16 @@
 """``gnnflow homogenize``: a heterogeneous graph into one homogeneous id space (DistDGLv2 §4.1.1).
 
-``gnnflow homogenize IN --out STORE`` reads a typed graph, either OGB's
-heterogeneous raw layout (a folder with ``raw/triplet-type-list.csv.gz``, as
-ogbn-mag ships) or gnnflow's typed-directory layout (``graph.json``,
-``nodes/<type>/...``, ``edges/<src>___<rel>___<dst>.npy``; docs/data.md), and
-writes a homogenized graph store.
+``gnnflow homogenize IN --out STORE`` reads a typed graph and writes a
+homogenized graph store.  ``IN`` is one of
+
+* OGB's heterogeneous raw layout (a folder with ``raw/triplet-type-list.csv.gz``,
+  as ogbn-mag ships);
+* gnnflow's typed-directory layout (``graph.json``, ``nodes/<type>/...``,
+  ``edges/<src>___<rel>___<dst>.npy``; docs/data.md);
+* a graph store: a typed one (``gnnflow prepare ogbn-mag`` or
+  ``synthetic-hetero`` already homogenize) is read back to per-type ids and
+  homogenized again with this command's options; a plain homogeneous store
+  becomes a one-type store with the type arrays added (same CSR).
 
 ``gnnflow homogenize --to-typed STORE --out DIR`` goes back: it writes a
 homogenized store's per-type ids, features, labels and splits in the
@@ -16,8 +22,13 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+from typing import Any
 
+import numpy as np
+
+from gnnflow.data.csr import csr_to_coo
 from gnnflow.data.hetero import (
+    HeteroGraph,
     heterogenize,
     read_typed_dir,
     write_hetero_store,
@@ -46,6 +57,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0, help="seed of random projections")
 
 
+def _from_store(path: Path) -> tuple[HeteroGraph, str, dict[str, Any]]:
+    store = open_store(path)
+    keep = {k: store.meta[k] for k in ("random_features", "random_labels", "generator", "ogb")
+            if k in store.meta}
+    if "node_type" in store.extra:
+        return heterogenize(store), str(store.meta.get("source", "store")), keep
+    src, dst = csr_to_coo(np.asarray(store.indptr), np.asarray(store.indices))
+    hg = HeteroGraph(
+        name=store.name, num_nodes={"_N": store.num_nodes}, edges={("_N", "_E", "_N"): (src, dst)},
+        features={} if store.features is None else {"_N": np.asarray(store.features)},
+        labels={"_N": np.asarray(store.labels)},
+        splits={s: {"_N": np.asarray(store.split(s))} for s in ("train", "val", "test")},
+        num_classes=store.num_classes, target_node_type="_N",
+    )
+    return hg, str(store.meta.get("source", "store")), {**keep, "directed": store.meta["directed"]}
+
+
 def main(args: argparse.Namespace) -> int:
     if args.to_typed:
         store = open_store(args.input)
@@ -59,18 +87,24 @@ def main(args: argparse.Namespace) -> int:
         from gnnflow.data.ogb import read_ogb_hetero
 
         hg = read_ogb_hetero(inp, args.ogb_name)
-        source = "ogb"
+        source, meta = "ogb", {}
+    elif (inp / "meta.json").exists():
+        hg, source, meta = _from_store(inp)
     elif (inp / "graph.json").exists():
         hg = read_typed_dir(inp)
-        source = "typed-dir"
+        source, meta = "typed-dir", {}
     else:
-        raise GnnflowError(f"{inp}: neither a typed graph directory (graph.json) nor an OGB "
-                           "heterogeneous root (raw/triplet-type-list.csv.gz); see docs/data.md")
+        raise GnnflowError(f"{inp}: not a graph store (meta.json), a typed graph directory "
+                           "(graph.json) or an OGB heterogeneous root "
+                           "(raw/triplet-type-list.csv.gz); see docs/data.md")
     if args.name:
         hg.name = args.name
+    # A one-type graph keeps its edges (and directedness) as they are.
+    one_type = len(hg.num_nodes) == 1
     store = write_hetero_store(hg, args.out, overwrite=args.overwrite,
-                               reverse_edges=args.reverse_edges, feature_fill=args.feature_fill,
-                               seed=args.seed, source=source)
+                               reverse_edges=args.reverse_edges and not one_type,
+                               feature_fill=args.feature_fill, seed=args.seed, source=source,
+                               meta=meta)
     from gnnflow.data.stats import summary
 
     print(json.dumps(summary(store), indent=2, sort_keys=True))
