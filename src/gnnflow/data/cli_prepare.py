@@ -52,11 +52,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
     p = sub.add_parser("synthetic", help="power-law community graph with a homophily knob")
     _common(p)
-    p.add_argument("--nodes", type=int, default=DEFAULTS["num_nodes"])
+    p.add_argument("--nodes", "--num-nodes", dest="nodes", type=int, default=DEFAULTS["num_nodes"])
     p.add_argument("--avg-degree", type=float, default=DEFAULTS["avg_degree"],
                    help="mean degree; the store holds nodes*avg_degree directed edges")
     p.add_argument("--feature-dim", type=int, default=DEFAULTS["feature_dim"])
-    p.add_argument("--classes", type=int, default=DEFAULTS["num_classes"])
+    p.add_argument("--classes", "--num-classes", dest="classes", type=int,
+                   default=DEFAULTS["num_classes"])
     p.add_argument("--homophily", type=float, default=DEFAULTS["homophily"],
                    help="probability that an edge stays inside its class")
     p.add_argument("--feature-signal", type=float, default=DEFAULTS["feature_signal"],
@@ -69,11 +70,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     _common(p)
     from gnnflow.data.hetero_synthetic import HETERO_DEFAULTS
 
-    p.add_argument("--papers", type=int, default=HETERO_DEFAULTS["num_papers"])
-    p.add_argument("--authors", type=int, default=HETERO_DEFAULTS["num_authors"])
-    p.add_argument("--institutions", type=int, default=HETERO_DEFAULTS["num_institutions"])
-    p.add_argument("--fields", type=int, default=HETERO_DEFAULTS["num_fields"])
-    p.add_argument("--classes", type=int, default=HETERO_DEFAULTS["num_classes"])
+    p.add_argument("--papers", "--num-papers", dest="papers", type=int, default=HETERO_DEFAULTS["num_papers"])
+    p.add_argument("--authors", "--num-authors", dest="authors", type=int, default=HETERO_DEFAULTS["num_authors"])
+    p.add_argument("--institutions", "--num-institutions", dest="institutions",
+                   type=int, default=HETERO_DEFAULTS["num_institutions"])
+    p.add_argument("--fields", "--num-fields", dest="fields", type=int, default=HETERO_DEFAULTS["num_fields"])
+    p.add_argument("--classes", "--num-classes", dest="classes", type=int,
+                   default=HETERO_DEFAULTS["num_classes"])
     _hetero_options(p)
 
     for name in ("ogb", *_OGB_ALIASES):
@@ -105,7 +108,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     _raw_dir(p, "SNAP edge list")
     _directed(p)
     p.add_argument("--feature-dim", type=int, default=128)
-    p.add_argument("--classes", type=int, default=16)
+    p.add_argument("--classes", "--num-classes", dest="classes", type=int, default=16)
     p.add_argument("--train-frac", type=float, default=0.65)
     p.add_argument("--val-frac", type=float, default=0.10)
 
