@@ -8,7 +8,7 @@ The generator is a degree-corrected stochastic block model in Chung-Lu form:
 * an undirected edge ``{u, v}`` picks ``u`` with probability proportional to
   ``w_u``; with probability ``homophily`` ``v`` is drawn (again proportional to
   weight) from ``u``'s own class, otherwise from all vertices.  Every vertex
-  first gets one such edge, so there are no isolated vertices;
+  first gets one such edge, so there are no isolated vertices (for avg_degree >= 2);
 * features are ``feature_signal * mu[y_i] + N(0, I)`` with random unit class
   centroids ``mu``: a weak per-vertex class signal that averaging over
   same-class neighbours strengthens.  This is what makes a GNN beat an MLP on
