@@ -9,9 +9,10 @@ The generator is a degree-corrected stochastic block model in Chung-Lu form:
   ``w_u``; with probability ``homophily`` ``v`` is drawn (again proportional to
   weight) from ``u``'s own class, otherwise from all vertices.  Every vertex
   first gets one such edge, so there are no isolated vertices (for avg_degree >= 2);
-* features are ``feature_signal * mu[y_i] + N(0, I)`` with random unit class
-  centroids ``mu``: a weak per-vertex class signal that averaging over
-  same-class neighbours strengthens.  This is what makes a GNN beat an MLP on
+* features are ``mu[y_i] + N(0, I)`` with random class centroids ``mu`` of
+  norm ``feature_signal * sqrt(D / 2)`` (two centroids lie about
+  ``feature_signal * sqrt(D)`` apart): a weak per-vertex class signal that
+  averaging over same-class neighbours strengthens.  This is what makes a GNN beat an MLP on
   the same features (docs/data.md lists the measured gap).
 
 Edges are stored in both directions, without self-loops or duplicates, and the
@@ -221,8 +222,9 @@ def generate_synthetic(
     the feature matrix is written there chunk by chunk as a ``.npy`` file and
     ``features`` is that path (bounded memory for large graphs).
 
-    ``feature_signal`` is the distance between class centroids in units of the
-    per-dimension noise (0: features carry no class information); ``homophily``
+    ``feature_signal`` is the root-mean-square per-dimension distance between
+    two class centroids, in units of the (unit) noise (0: features carry no
+    class information); ``homophily``
     is the probability that an edge's second endpoint is drawn from the first
     endpoint's class rather than from the whole graph.
     """
