@@ -58,3 +58,94 @@ def test_local_sampler_keeps_halos_as_leaves(tiny_book):
 def test_default_cache_size_scales_like_products():
     assert default_cache_size(2_449_029) == 1_000_000
     assert default_cache_size(32_768) == 13_380
+
+
+# ---------------------------------------------------------------------------- training
+def _cfg(graph, partition, strategy, workers, epochs, **kw):
+    cfg = {"graph": str(graph), "partition": str(partition) if partition else None, "strategy": strategy,
+           "workers": workers, "epochs": epochs, "fanouts": [5, 5], "batch_size": 32, "hidden": 16, "seed": 0}
+    cfg.update(kw)
+    return cfg
+
+
+def test_hec_trains_and_records_per_layer_figures(tiny_store, tiny_book):
+    from gnnflow.bench.hec import train_rank
+    from gnnflow.dist.launch import run_ranks
+
+    cfg = _cfg(tiny_store.path, tiny_book.path, "hec", 2, 2, options={"nc": 7, "d": 1})
+    res = run_ranks(train_rank, 2, cfg, 2, True, timeout_s=120)
+    for rank_rows in res:
+        for row in rank_rows:
+            x, c = row["extra"], row["counters"]
+            assert np.isfinite(row["loss"]) and 0.0 <= row["test_acc"] <= 1.0
+            for layer in range(2):
+                assert 0.0 <= x[f"hec_hit_rate_l{layer}"] <= 1.0
+                # nc caps each push: one peer, (M - d) pushes per layer and epoch
+                assert x[f"aep_pushed_l{layer}"] <= 7 * (x["num_batches"] - 1)
+                assert x[f"aep_bytes_l{layer}"] > 0
+            assert c["cache_hits"] + c["cache_misses"] == c["halo_vertices"]
+            assert c["remote_bytes"] > 0
+            for key in ("mbc_s", "fwd_s", "bwd_s", "ared_s"):
+                assert x[key] >= 0.0
+    # every rank evaluates the same (all-reduced) accuracies and holds the same model
+    assert res[0][-1]["test_acc"] == res[1][-1]["test_acc"]
+
+
+def test_hec_without_cache_communicates_nothing_but_gradients(tiny_store, tiny_book):
+    from gnnflow.bench.hec import train_rank
+    from gnnflow.dist.launch import run_ranks
+
+    res = run_ranks(train_rank, 2, _cfg(tiny_store.path, tiny_book.path, "hec", 2, 1, options={"cs": 0}), 1,
+                    timeout_s=120)
+    for rank_rows in res:
+        c = rank_rows[0]["counters"]
+        assert c["cache_hits"] == 0 and c["cache_misses"] == c["halo_vertices"] > 0
+        assert c["remote_bytes"] == 0
+
+
+def test_bad_options_are_config_errors(tiny_store, tiny_book):
+    from gnnflow.config import TrainConfig
+    from gnnflow.errors import ConfigError
+    from gnnflow.strategies.base import RankContext
+    from gnnflow.strategies.hec import HistoricalEmbeddingCache
+
+    for opts in ({"ls": -1}, {"nc": "many"}, {"d": -2}):
+        cfg = TrainConfig.from_dict(_cfg(tiny_store.path, tiny_book.path, "hec", 2, 1, options=opts))
+        with pytest.raises(ConfigError, match="options"):
+            HistoricalEmbeddingCache(cfg, RankContext())
+
+
+@pytest.fixture(scope="module")
+def default_graph(tmp_path_factory):
+    from gnnflow.data.synthetic import prepare_synthetic
+    from gnnflow.partition.api import partition_graph
+
+    root = tmp_path_factory.mktemp("hec_default")
+    store = prepare_synthetic(root / "synthetic")
+    book = partition_graph(store, "metis", 4, root / "metis4", seed=0)
+    return store, book
+
+
+@pytest.mark.slow
+def test_accuracy_matches_single_process_at_equal_epochs(default_graph):
+    """Acceptance 2 (DistGNN-MB §4.5 criterion: within 1 point of single-process test accuracy)."""
+    from gnnflow.bench.hec import train_rank
+    from gnnflow.dist.launch import run_ranks
+
+    store, book = default_graph
+    epochs, local_batch, workers = 10, 512, 4
+    common = {"fanouts": [10, 10], "hidden": 64}
+    single = run_ranks(train_rank, 1, _cfg(store.path, None, "single", 1, epochs, batch_size=local_batch * workers,
+                                           **common), epochs, True)[0]
+    hec = run_ranks(train_rank, workers, _cfg(store.path, book.path, "hec", workers, epochs, batch_size=local_batch,
+                                              **common), epochs, True, timeout_s=900)[0]
+    no_cache = run_ranks(train_rank, workers, _cfg(store.path, book.path, "hec", workers, epochs,
+                                                   batch_size=local_batch, options={"cs": 0}, **common),
+                         epochs, True, timeout_s=900)[0]
+    acc_single, acc_hec, acc_none = single[-1]["test_acc"], hec[-1]["test_acc"], no_cache[-1]["test_acc"]
+    print(f"test acc after {epochs} epochs: single {acc_single:.4f}, hec {acc_hec:.4f}, cs=0 {acc_none:.4f}")
+    print("hit rates", [hec[-1]["extra"][f"hec_hit_rate_l{i}"] for i in range(2)])
+    assert acc_hec >= acc_single - 0.01
+    assert acc_none <= acc_hec
+    # §4.4: hit rates fall from the input layer upwards
+    assert hec[-1]["extra"]["hec_hit_rate_l0"] > hec[-1]["extra"]["hec_hit_rate_l1"]

@@ -38,8 +38,8 @@ One training iteration on every rank (Algorithm 2):
 
 Options (``cfg.options``, defaults from §4.4): ``cs`` cache lines per layer
 (default scaled from the paper's 1M lines for OGBN-Products' 2,449,029 vertices:
-``round(0.408 * num_nodes)``; ``cs=0`` disables the cache, so every halo
-vertex is dropped), ``ls`` life-span in iterations (2), ``nc`` pushes per
+``round(0.408 * num_nodes)``; ``cs=0`` disables the cache and AEP, so every
+halo vertex is dropped and nothing is communicated but gradients), ``ls`` life-span in iterations (2), ``nc`` pushes per
 remote rank per layer (2000), ``d`` delay in iterations (1),
 ``pipeline`` (false: the paper samples synchronously, §3.3).
 
@@ -234,11 +234,12 @@ class HistoricalEmbeddingCache(MiniBatchStrategy):
         """Algorithm 2 for one mini-batch: AEP + HEC at every layer, then the layer."""
         assert self.net is not None and mb.blocks is not None and mb.inputs is not None
         dev = self.ctx.device
-        self.aep.begin_iteration()
+        self.aep.begin_iteration()  # the caches' clock: ages and life-span purges
         h_solid = mb.inputs
         for layer, (block, n_solid) in enumerate(zip(mb.blocks, mb.meta["solid_counts"], strict=True)):
             src = block.src_ids.cpu()
-            self.aep.exchange(layer, src[:n_solid], h_solid.detach().cpu())
+            if self.cs > 0:  # with no cache lines nothing pushed could be stored: no AEP at all
+                self.aep.exchange(layer, src[:n_solid], h_solid.detach().cpu())
             hit, cached = self.caches[layer].lookup(self.local_to_global[src[n_solid:]])
             keep = torch.cat([torch.ones(n_solid, dtype=torch.bool), hit])
             block = drop_sources(block, keep).to(dev)

@@ -1,0 +1,178 @@
+"""``gnnflow bench hec``: remote bytes and epoch time, HEC vs data-parallel (DistGNN-MB §4.4, §4.6).
+
+Both strategies train the same model on the same partition book with the same
+ranks, batch size and fanouts, alternately (``--repeat`` rounds of
+data-parallel then HEC, each a fresh set of ranks):
+
+* **data-parallel** (``--strategy data``, DistDGLv2 style, the peer DistGNN-MB
+  compares with in §4.6): samples through the owners and fetches every remote
+  input feature row of every mini-batch;
+* **HEC** (``--strategy hec``): samples locally, fetches nothing, and pushes at
+  most ``nc`` solid-vertex embeddings per remote rank and layer (AEP).
+
+Per epoch it sums over ranks the bytes received from other ranks and takes
+the slowest rank's epoch time; figures are medians over epochs and rounds.
+The headline ratio is HEC's remote bytes over data-parallel's remote *feature*
+bytes (the fetches HEC replaces); data-parallel's sampling bytes and both
+strategies' gradient all-reduce (the same size in both) are reported apart.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import statistics
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from gnnflow.dist.launch import run_ranks
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--graph", help="graph store (default: the default synthetic graph, generated)")
+    parser.add_argument("--partition", help="partition book with --workers parts (default: metis on --graph)")
+    parser.add_argument("--workers", type=int, default=4)
+    parser.add_argument("--epochs", type=int, default=2, help="epochs per run")
+    parser.add_argument("--repeat", type=int, default=2, help="rounds of (data-parallel, HEC)")
+    parser.add_argument("--model", default="sage")
+    parser.add_argument("--batch-size", type=int, default=512)
+    parser.add_argument("--fanouts", default="10,10")
+    parser.add_argument("--hidden", type=int, default=64)
+    parser.add_argument("--nc", default="2000,500,200",
+                        help="HEC push caps to compare; the first is the headline (default: the paper's 2000)")
+    parser.add_argument("--opt", action="append", default=[], metavar="KEY=VALUE",
+                        help="other HEC option (cs, ls, d), repeatable")
+    parser.add_argument("--nodes", type=int, default=None, help="vertices of the generated synthetic graph")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--timeout", type=float, default=600.0, help="seconds per run")
+
+
+def train_rank(ctx: Any, cfg_dict: dict[str, Any], epochs: int, evaluate: bool = False) -> list[dict[str, Any]]:
+    """Train ``epochs`` epochs through the Strategy interface; this rank's per-epoch figures.
+
+    A module-level function so that :func:`~gnnflow.dist.launch.run_ranks` can start it;
+    with ``evaluate`` each epoch also records the (collective) accuracies.
+    """
+    from gnnflow.config import TrainConfig
+    from gnnflow.results.schema import Recorder
+    from gnnflow.strategies.base import strategy_class
+
+    cfg = TrainConfig.from_dict(cfg_dict)
+    strategy = strategy_class(cfg.strategy)(cfg, ctx)
+    strategy.prepare()
+    out = []
+    try:
+        for epoch in range(epochs):
+            rec = Recorder()
+            loss = strategy.run_epoch(epoch, rec)
+            row = {"time": rec.elapsed(), "loss": loss, "counters": dict(rec.counters),
+                   "times": dict(rec.times), "extra": dict(rec.extra)}
+            if evaluate:
+                row.update(strategy.evaluate())
+            out.append(row)
+    finally:
+        close = getattr(strategy, "close", None)
+        if close is not None:
+            close()
+    return out
+
+
+def run_strategy(strategy: str, graph: str, partition: str, workers: int, epochs: int,
+                 options: dict[str, Any], args: argparse.Namespace) -> list[dict[str, float]]:
+    """Per epoch: summed bytes over ranks and the slowest rank's time."""
+    fanouts = [int(f) for f in str(args.fanouts).split(",")]
+    cfg = {"graph": graph, "partition": partition, "strategy": strategy, "model": args.model,
+           "hidden": args.hidden, "num_layers": len(fanouts), "fanouts": fanouts,
+           "batch_size": args.batch_size, "epochs": epochs, "seed": args.seed, "workers": workers,
+           "options": options}
+    per_rank = run_ranks(train_rank, workers, cfg, epochs, timeout_s=args.timeout)
+    rows = []
+    for e in range(epochs):
+        recs = [r[e] for r in per_rank]
+
+        def total(key: str, recs: list[dict[str, Any]] = recs) -> float:
+            return float(sum(r["counters"].get(key, 0.0) for r in recs))
+
+        rows.append({
+            "time_s": max(r["time"] for r in recs),
+            "remote_bytes": total("remote_bytes"),
+            "bytes_received": total("bytes_received"),
+            "sample_bytes": total("sample_bytes_received"),
+            "iterations": total("iterations") / workers,
+            "fwd_s": max(r["extra"].get("fwd_s", 0.0) for r in recs),
+            "allreduce_s": max(r["times"].get("allreduce", 0.0) for r in recs),
+            "hit_rates": [statistics.fmean(r["extra"][k] for r in recs)
+                          for k in sorted(recs[0]["extra"]) if k.startswith("hec_hit_rate_l")],
+        })
+    return rows
+
+
+def _parse_opts(items: list[str]) -> dict[str, Any]:
+    from gnnflow.errors import ConfigError
+
+    out: dict[str, Any] = {}
+    for item in items:
+        if "=" not in item:
+            raise ConfigError(f"--opt {item!r}: expected KEY=VALUE")
+        k, v = item.split("=", 1)
+        out[k.strip()] = v.strip()
+    return out
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    tmp = tempfile.mkdtemp(prefix="gnnflow-bench-hec-")
+    try:
+        graph = args.graph
+        if graph is None:
+            from gnnflow.data.synthetic import prepare_synthetic
+
+            graph = str(Path(tmp) / "synthetic")
+            prepare_synthetic(graph, seed=args.seed, **({"num_nodes": args.nodes} if args.nodes else {}))
+        partition = args.partition
+        if partition is None:
+            from gnnflow.partition.api import partition_graph
+
+            partition = str(Path(tmp) / f"metis{args.workers}")
+            partition_graph(graph, "metis", args.workers, partition, seed=args.seed)
+        hec_opts = _parse_opts(args.opt)
+        caps = [int(v) for v in str(args.nc).split(",")]
+        runs: dict[str, list[dict[str, Any]]] = {"data": [], **{f"hec_nc{c}": [] for c in caps}}
+        for _ in range(args.repeat):
+            runs["data"] += run_strategy("data", graph, partition, args.workers, args.epochs, {}, args)
+            for c in caps:
+                runs[f"hec_nc{c}"] += run_strategy("hec", graph, partition, args.workers, args.epochs,
+                                                   {**hec_opts, "nc": c}, args)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+    def med(which: str, key: str) -> float:
+        return float(statistics.median(r[key] for r in runs[which]))
+
+    dp_feat, dp_all, t_dp = med("data", "remote_bytes"), med("data", "bytes_received"), med("data", "time_s")
+    per_nc = []
+    for c in caps:
+        key = f"hec_nc{c}"
+        layers = len(runs[key][0]["hit_rates"])
+        b, t = med(key, "remote_bytes"), med(key, "time_s")
+        per_nc.append({"nc": c, "remote_bytes": b, "ratio": b / dp_feat if dp_feat else float("nan"),
+                       "ratio_all": b / dp_all if dp_all else float("nan"), "epoch_s": t, "time_ratio": t / t_dp,
+                       "hit_rates": [statistics.median(r["hit_rates"][i] for r in runs[key]) for i in range(layers)]})
+    head = per_nc[0]
+    meets = [p["nc"] for p in per_nc if p["ratio"] <= 0.3]
+    rows = "; ".join(f"nc={p['nc']}: {p['ratio']:.3f} ({p['remote_bytes'] / 2**20:.2f} MiB, time x{p['time_ratio']:.2f}, "
+                     f"hit " + "/".join(f"{h:.0%}" for h in p["hit_rates"]) + ")" for p in per_nc)
+    return {
+        "ratio": head["ratio"],
+        "ratio_name": f"remote bytes per epoch, HEC (nc={head['nc']}) / data-parallel remote feature fetching (median)",
+        "summary": (f"HEC/data-parallel remote bytes per epoch = {head['ratio']:.3f} at nc={head['nc']}; "
+                    f"data-parallel {dp_feat / 2**20:.2f} MiB features ({dp_all / 2**20:.2f} MiB with sampling), "
+                    f"{t_dp:.2f}s/epoch; {rows}; {args.workers} ranks, median of {args.repeat}x{args.epochs} epochs"),
+        "data_remote_feature_bytes": dp_feat,
+        "data_remote_bytes_all": dp_all,
+        "data_epoch_s": t_dp,
+        "hec": per_nc,
+        "nc_meeting_0.3": meets,
+        "workers": args.workers,
+        "runs": runs,
+    }
