@@ -105,6 +105,13 @@ def _json_default(obj: Any) -> Any:
 
 def progress(iterable: Iterable[T], desc: str, total: int | None = None) -> Iterable[T]:
     """A tqdm bar on a terminal; plain log lines (about every 10%) otherwise."""
+    if total is None:
+        try:
+            total = len(iterable)  # type: ignore[arg-type]
+        except TypeError:
+            total = None
+    if total is not None and total < 2:
+        return iterable  # nothing worth reporting
     if sys.stderr.isatty():
         from tqdm import tqdm
 
@@ -113,11 +120,6 @@ def progress(iterable: Iterable[T], desc: str, total: int | None = None) -> Iter
 
 
 def _plain_progress(iterable: Iterable[T], desc: str, total: int | None) -> Iterator[T]:
-    if total is None:
-        try:
-            total = len(iterable)  # type: ignore[arg-type]
-        except TypeError:
-            total = None
     step = max(1, (total or 0) // 10) if total else None
     t0 = time.perf_counter()
     i = 0
