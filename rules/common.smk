@@ -34,7 +34,7 @@ def prepare_args(wildcards):
     spec = DATASETS[wildcards.dataset]
     args = [spec["source"]]
     if spec.get("name"):
-        args.append(f"--name {spec['name']}")
+        args.append(spec["name"])
     if spec.get("raw_dir"):
         args.append(f"--raw-dir {spec['raw_dir']}")
     args.append(cli_options(spec.get("options")))

@@ -1,0 +1,106 @@
+"""The workflow end to end on a small config: outputs, re-run, targeted re-run, HTML report.
+
+Runs Snakemake in a temporary working directory (``-d``) with
+``tests/slurm/config.yaml`` (a single-process and a 2-rank data-parallel run).
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SMALL = ROOT / "tests" / "slurm" / "config.yaml"
+
+pytestmark = pytest.mark.slow
+
+
+def snakemake(workdir: Path, *args: str, timeout: int = 900) -> subprocess.CompletedProcess:
+    exe = shutil.which("snakemake") or str(Path(sys.executable).parent / "snakemake")
+    cmd = [exe, "-s", str(ROOT / "Snakefile"), "-d", str(workdir), "--configfile", str(SMALL),
+           "--cores", "2", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+
+
+def planned_jobs(proc: subprocess.CompletedProcess) -> dict[str, int]:
+    """Rule -> count from a dry run's job stats table."""
+    jobs = {}
+    for line in proc.stdout.splitlines():
+        m = re.match(r"^(\w+)\s+(\d+)$", line.strip())
+        if m and m.group(1) != "total":
+            jobs[m.group(1)] = int(m.group(2))
+    return jobs
+
+
+@pytest.fixture(scope="module")
+def local_run(tmp_path_factory):
+    workdir = tmp_path_factory.mktemp("wf-local")
+    proc = snakemake(workdir)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    return workdir
+
+
+def test_outputs(local_run):
+    import pandas as pd
+
+    results = local_run / "results"
+    table = pd.read_parquet(results / "table.parquet")
+    assert set(table["strategy"]) == {"single", "data"}
+    assert (results / "table.csv").exists()
+    assert set(table.loc[table["strategy"] == "data", "rank"]) == {0, 1}
+    assert (results / "summary.csv").exists()
+    png = results / "figures" / "accuracy.png"
+    assert png.exists() and png.stat().st_size > 5000
+
+
+def test_rerun_does_nothing(local_run):
+    proc = snakemake(local_run, "-n")
+    assert proc.returncode == 0
+    assert "Nothing to be done" in proc.stdout + proc.stderr
+
+
+def test_deleting_a_partition_reruns_exactly_downstream(local_run):
+    part = local_run / "results" / "data" / "tinysyn" / "partitions" / "metis2"
+    saved = part.with_name("metis2.saved")
+    shutil.copytree(part, saved)
+    shutil.rmtree(part)
+    try:
+        jobs = planned_jobs(snakemake(local_run, "-n"))
+        assert jobs == {"partition": 1, "partition_report": 1, "train": 1, "aggregate": 1,
+                        "summarize": 1, "plot": 1, "all": 1}, jobs
+    finally:
+        shutil.rmtree(part, ignore_errors=True)
+        saved.rename(part)
+
+
+def _nonblank(png: Path) -> float:
+    from PIL import Image, ImageStat
+
+    img = Image.open(png).convert("L")
+    return ImageStat.Stat(img).stddev[0]
+
+
+def test_html_report_shows_figures(local_run, tmp_path):
+    report = local_run / "results" / "report.html"
+    proc = snakemake(local_run, "--report", str(report))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    html = report.read_text(errors="replace")
+    assert "accuracy.png" in html
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+    if chromium is None:
+        pytest.skip("no headless Chromium installed (scripts/setup-env.sh --test installs it)")
+    shot = tmp_path / "report.png"
+    subprocess.run(
+        [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync",
+         f"--user-data-dir={tmp_path / 'chrome'}", "--window-size=1280,1600",
+         "--virtual-time-budget=10000", f"--screenshot={shot}", f"file://{report}"],
+        capture_output=True, timeout=120,
+    )
+    assert shot.exists(), "Chromium wrote no screenshot"
+    assert _nonblank(shot) > 5.0
