@@ -50,10 +50,10 @@ def layer_pair(kind: str, in_dim: int, out_dim: int, heads: int) -> tuple[torch.
         ours, theirs = SAGEConv(in_dim, out_dim), dglnn.SAGEConv(in_dim, out_dim, "mean")
     elif kind in ("gcn-both", "gcn-right"):
         norm = kind.split("-")[1]
-        ours, theirs = GCNConv(in_dim, out_dim, norm=norm), dglnn.GraphConv(in_dim, out_dim, norm=norm)
+        ours, theirs = GCNConv(in_dim, out_dim, norm=norm), dglnn.GraphConv(in_dim, out_dim, norm=norm, allow_zero_in_degree=True)
     elif kind == "gat":
         per_head = max(1, out_dim // heads)
-        ours, theirs = GATConv(in_dim, per_head, heads), dglnn.GATConv(in_dim, per_head, num_heads=heads)
+        ours, theirs = GATConv(in_dim, per_head, heads), dglnn.GATConv(in_dim, per_head, num_heads=heads, allow_zero_in_degree=True)
     else:
         raise ValueError(f"unknown layer {kind!r}; choose from {', '.join(LAYERS)}")
     ours.load_state_dict(theirs.state_dict())

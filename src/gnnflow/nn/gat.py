@@ -46,7 +46,10 @@ class GATConv(nn.Module):
         feat_dst = feat_src[: block.num_dst]
         el = (feat_src * self.attn_l).sum(-1)  # [num_src, H]
         er = (feat_dst * self.attn_r).sum(-1)  # [num_dst, H]
-        logits = F.leaky_relu(el[block.indices] + er[block.edge_dst()], self.negative_slope)
+        logits = F.leaky_relu(
+            torch.index_select(el, 0, block.indices) + torch.index_select(er, 0, block.edge_dst()),
+            self.negative_slope,
+        )
         alpha = self.attn_drop(edge_softmax(block, logits))
         out = spmm_sum(block, feat_src, alpha)
         if self.bias is not None:

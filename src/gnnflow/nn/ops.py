@@ -53,13 +53,28 @@ def _bag_sum(indices: torch.Tensor, x: torch.Tensor, indptr: torch.Tensor,
 
 
 def _sddmm(block: Block, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """``out[e] = <a[dst_e], b[src_e]>`` over the last dim (``a``: [num_dst, D], ``b``: [num_src, D])."""
+    """``out[e, h] = <a[dst_e, h], b[src_e, h]>`` (``a``: [num_dst, H, D], ``b``: [num_src, H, D])."""
     dst, src = block.edge_dst(), block.indices
-    out = a.new_empty(block.num_edges)
+    heads, dim = a.shape[1], a.shape[2]
+    a2, b2 = a.reshape(a.shape[0], heads * dim), b.reshape(b.shape[0], heads * dim)
+    out = a.new_empty(block.num_edges, heads)
     for start in range(0, block.num_edges, _SDDMM_CHUNK):
         end = min(start + _SDDMM_CHUNK, block.num_edges)
-        out[start:end] = (a[dst[start:end]] * b[src[start:end]]).sum(-1)
+        prod = torch.index_select(a2, 0, dst[start:end])
+        prod.mul_(torch.index_select(b2, 0, src[start:end]))
+        torch.sum(prod.view(end - start, heads, dim), dim=-1, out=out[start:end])
     return out
+
+
+def _per_head(indices: torch.Tensor, x: torch.Tensor, indptr: torch.Tensor,
+              weight: torch.Tensor | None) -> torch.Tensor:
+    """:func:`_bag_sum` for each head of ``x`` ([N, H, D]) with weights ``[E, H]``."""
+    if x.shape[1] == 1:
+        return _bag_sum(indices, x[:, 0], indptr, None if weight is None else weight[:, 0]).unsqueeze(1)
+    return torch.stack([
+        _bag_sum(indices, x[:, h].contiguous(), indptr, None if weight is None else weight[:, h].contiguous())
+        for h in range(x.shape[1])
+    ], dim=1)
 
 
 class _CSRSum(torch.autograd.Function):
@@ -70,29 +85,20 @@ class _CSRSum(torch.autograd.Function):
         # x: [num_src, H, D]; weight: [E, H] or None
         ctx.block = block
         ctx.save_for_backward(x, weight)
-        heads = x.shape[1]
-        outs = [
-            _bag_sum(block.indices, x[:, h].contiguous() if heads > 1 else x[:, 0], block.indptr,
-                     None if weight is None else weight[:, h].contiguous())
-            for h in range(heads)
-        ]
-        return torch.stack(outs, dim=1)
+        return _per_head(block.indices, x, block.indptr, weight)
 
     @staticmethod
     def backward(ctx: Any, grad_out: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor | None, None]:
         x, weight = ctx.saved_tensors
         block: Block = ctx.block
-        heads = x.shape[1]
+        grad_out = grad_out.contiguous()
         grad_x = grad_w = None
         if ctx.needs_input_grad[0]:
             t_indptr, t_indices, perm = _transposed(block)
-            grad_x = torch.stack([
-                _bag_sum(t_indices, grad_out[:, h].contiguous(), t_indptr,
-                         None if weight is None else weight[perm, h].contiguous())
-                for h in range(heads)
-            ], dim=1)
+            t_weight = None if weight is None else torch.index_select(weight, 0, perm)
+            grad_x = _per_head(t_indices, grad_out, t_indptr, t_weight)
         if weight is not None and ctx.needs_input_grad[1]:
-            grad_w = torch.stack([_sddmm(block, grad_out[:, h], x[:, h]) for h in range(heads)], dim=1)
+            grad_w = _sddmm(block, grad_out, x)
         return grad_x, grad_w, None
 
 
@@ -127,6 +133,6 @@ def edge_softmax(block: Block, logits: torch.Tensor) -> torch.Tensor:
     with torch.no_grad():  # the shift only stabilises exp(); the softmax does not depend on it
         peak = logits.new_full(shape, float("-inf")).scatter_reduce_(
             0, dst.view(-1, *([1] * (logits.dim() - 1))).expand_as(logits), logits, "amax")
-    expo = torch.exp(logits - peak[dst])
+    expo = torch.exp(logits - torch.index_select(peak, 0, dst))
     denom = logits.new_zeros(shape).index_add_(0, dst, expo)
-    return expo / denom[dst]
+    return expo / torch.index_select(denom, 0, dst)

@@ -70,8 +70,13 @@ class Block:
         return self.indptr[1:] - self.indptr[:-1]
 
     def out_degrees(self) -> torch.Tensor:
-        """Out-degree of each source within the block (int64 [num_src])."""
-        return torch.bincount(self.indices, minlength=self.num_src)
+        """Out-degree of each source within the block (int64 [num_src]), cached."""
+        out = self.cache.get("out_degrees")
+        if out is None:
+            out = torch.bincount(self.indices, minlength=self.num_src)
+            self.cache["out_degrees"] = out
+        assert isinstance(out, torch.Tensor)
+        return out
 
     def edge_dst(self) -> torch.Tensor:
         """Local destination of every edge (CSR row index expanded), cached."""

@@ -1,0 +1,144 @@
+"""Helpers every strategy shares: seeding, optimizer, batching, accuracy, full-graph evaluation.
+
+The accuracy is OGB's node-classification accuracy (``ogb.nodeproppred.Evaluator``:
+the fraction of vertices whose arg-max prediction equals the label), taken over
+labelled vertices only.  Evaluation is exact full-neighbourhood inference done
+layer by layer over chunks of destination vertices (as DGL's examples do), so
+it needs memory for one layer's representations, not for the whole
+multi-hop neighbourhood; GCN blocks carry the whole graph's degrees so the
+chunked computation equals a whole-graph forward pass.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Iterator, Mapping
+from typing import Any, Protocol
+
+import numpy as np
+import torch
+
+from gnnflow.config import TrainConfig
+from gnnflow.nn.model import GNN
+from gnnflow.sampling import Block, NeighborSampler, as_long_tensor
+
+SPLITS = ("train", "val", "test")
+
+
+class GraphLike(Protocol):
+    """What :func:`evaluate_full` reads (a ``GraphStore`` has all of it)."""
+
+    indptr: np.ndarray
+    indices: np.ndarray
+    features: np.ndarray | None
+    labels: np.ndarray
+    train_idx: np.ndarray
+    val_idx: np.ndarray
+    test_idx: np.ndarray
+
+
+def seed_everything(seed: int) -> None:
+    """Seed Python's, numpy's and torch's global generators."""
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def make_optimizer(model: torch.nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
+    """Adam with the configured learning rate and weight decay."""
+    return torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+
+
+def batch_generator(seed: int) -> torch.Generator:
+    """The generator that shuffles training vertices into batches (checkpointable)."""
+    gen = torch.Generator()
+    gen.manual_seed(seed)
+    return gen
+
+
+def batches(train_ids: np.ndarray | torch.Tensor, batch_size: int,
+            generator: torch.Generator) -> Iterator[torch.Tensor]:
+    """Shuffle ``train_ids`` with ``generator`` and yield them in batches of ``batch_size`` (last may be short)."""
+    ids = as_long_tensor(train_ids)
+    perm = torch.randperm(ids.shape[0], generator=generator)
+    for start in range(0, ids.shape[0], batch_size):
+        yield ids[perm[start : start + batch_size]]
+
+
+def num_batches(num_ids: int, batch_size: int) -> int:
+    return (num_ids + batch_size - 1) // batch_size
+
+
+def accuracy(logits: torch.Tensor, labels: torch.Tensor) -> float:
+    """OGB node-classification accuracy over labelled vertices (label >= 0); NaN if none."""
+    mask = labels >= 0
+    if not bool(mask.any()):
+        return float("nan")
+    pred = logits[mask].argmax(dim=-1)
+    return float((pred == labels[mask]).float().mean())
+
+
+def numpy_rng_state(rng: np.random.Generator) -> str:
+    """A numpy generator's state as a JSON string (storable in a ``weights_only`` checkpoint)."""
+    return json.dumps(rng.bit_generator.state)
+
+
+def set_numpy_rng_state(rng: np.random.Generator, state: str) -> None:
+    rng.bit_generator.state = json.loads(state)
+
+
+def feature_rows(features: np.ndarray, ids: torch.Tensor) -> torch.Tensor:
+    """Rows ``ids`` of a (memory-mapped) float32 feature matrix as a tensor."""
+    return torch.from_numpy(np.ascontiguousarray(features[ids.numpy()], dtype=np.float32))
+
+
+@torch.no_grad()
+def full_inference(model: GNN, indptr: np.ndarray, indices: np.ndarray, features: np.ndarray,
+                   device: torch.device | str = "cpu", chunk_size: int = 65536) -> torch.Tensor:
+    """Logits of every vertex with full neighbourhoods, computed layer by layer in chunks."""
+    device = torch.device(device)
+    indptr = np.asarray(indptr)
+    num_nodes = indptr.shape[0] - 1
+    in_deg = torch.from_numpy(np.diff(indptr)).float()
+    out_deg = torch.from_numpy(np.bincount(np.asarray(indices), minlength=num_nodes)).float()
+    sampler = NeighborSampler(indptr, indices, [-1])
+    was_training = model.training
+    model.eval()
+    try:
+        h = torch.from_numpy(np.ascontiguousarray(features, dtype=np.float32))
+        chunks = [torch.arange(s, min(s + chunk_size, num_nodes)) for s in range(0, num_nodes, chunk_size)]
+        blocks: list[Block] = []
+        for chunk in chunks:
+            block, _ = sampler.sample_layer(chunk, -1)
+            block.src_deg, block.dst_deg = out_deg[block.src_ids], in_deg[block.dst_ids]
+            blocks.append(block)
+        for i in range(model.num_layers):
+            outs = [model.layer_step(i, b.to(device), h[b.src_ids].to(device)).cpu() for b in blocks]
+            h = torch.cat(outs)
+    finally:
+        model.train(was_training)
+    return h
+
+
+def split_accuracies(logits: torch.Tensor, labels: np.ndarray | torch.Tensor,
+                     splits: Mapping[str, np.ndarray | torch.Tensor]) -> dict[str, float]:
+    """``{"train_acc", "val_acc", "test_acc"}`` of whole-graph ``logits``."""
+    labels_t = as_long_tensor(labels)
+    out: dict[str, float] = {}
+    for name in SPLITS:
+        ids = as_long_tensor(splits[name])
+        out[f"{name}_acc"] = accuracy(logits[ids], labels_t[ids]) if ids.numel() else float("nan")
+    return out
+
+
+def evaluate_full(model: GNN, graph: GraphLike, device: torch.device | str = "cpu",
+                  chunk_size: int = 65536) -> dict[str, Any]:
+    """Full-neighbourhood accuracies of ``model`` on ``graph``'s train/val/test splits."""
+    if graph.features is None:
+        from gnnflow.errors import ConfigError
+
+        raise ConfigError("evaluation needs vertex features; the graph store has no features.npy")
+    logits = full_inference(model, graph.indptr, graph.indices, graph.features, device, chunk_size)
+    splits = {"train": graph.train_idx, "val": graph.val_idx, "test": graph.test_idx}
+    return split_accuracies(logits, graph.labels, splits)
