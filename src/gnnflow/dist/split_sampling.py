@@ -194,7 +194,7 @@ class SplitSampler:
         self.graph = graph
         self.fanouts = [int(f) for f in fanouts]
         self.sampler = NeighborSampler(graph.indptr, graph.indices, self.fanouts, seed=seed)
-        self.node_part = torch.from_numpy(np.asarray(graph.node_part, dtype=np.int64))
+        self.node_part = as_long_tensor(graph.node_part)
         self.group = group
 
     def owner(self, ids: torch.Tensor) -> torch.Tensor:

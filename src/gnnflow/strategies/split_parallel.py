@@ -43,7 +43,7 @@ from gnnflow.dist.pipeline import MiniBatch, stage_groups
 from gnnflow.dist.split_sampling import SplitGraph, SplitSample, SplitSampler, sp_sample
 from gnnflow.errors import ConfigError
 from gnnflow.results.schema import Recorder
-from gnnflow.sampling import Block
+from gnnflow.sampling import Block, as_long_tensor
 from gnnflow.strategies.base import RankContext
 from gnnflow.strategies.minibatch import SPLITS, MiniBatchStrategy, whole_graph_part
 
@@ -158,10 +158,15 @@ class SplitParallel(MiniBatchStrategy):
         self.num_classes = int(self.meta["num_classes"])
         self.in_dim = int(self.part.features.shape[1]) if self.part.features is not None else 0
         self.graph = SplitGraph.from_part(self.part, self.node_part, k)
-        self.node_part_t = torch.from_numpy(np.asarray(self.node_part, dtype=np.int64))
-        self.train_ids = torch.from_numpy(np.asarray(open_store(self.graph_path).train_idx, dtype=np.int64))
-        self.global_batch = cfg.batch_size * size
-        self.num_batches = max(1, math.ceil(self.train_ids.numel() / self.global_batch))
+        self.node_part_t = as_long_tensor(self.node_part)
+        self.train_ids = as_long_tensor(open_store(self.graph_path).train_idx)
+        self.target_ids = np.asarray(self.part.train_idx, dtype=np.int64)  # the targets this rank can own
+        # as many iterations as data parallelism on the same partition (max_r ceil(n_r / batch_size)),
+        # so an iteration covers the same number of targets, ~batch_size per rank; with several
+        # groups each part's targets are shared by num_groups ranks
+        _, self.target_counts = self._plan_batches(len(self.target_ids))
+        self.num_batches = max(1, max(math.ceil(c / (cfg.batch_size * self.num_groups))
+                                      for c in self.target_counts))
         # the sample stage may run on a pipeline thread: it gets its own groups
         if self.num_groups == 1:
             self.groups = stage_groups(("sample",))
@@ -185,8 +190,8 @@ class SplitParallel(MiniBatchStrategy):
         for epoch in range(first_epoch, first_epoch + epochs):
             gen = torch.Generator().manual_seed(self.cfg.seed * 1_000_003 + epoch)
             perm = torch.randperm(n, generator=gen)
-            for j in range(self.num_batches):
-                batch = self.train_ids[perm[j * self.global_batch:(j + 1) * self.global_batch]]
+            for j, chunk in enumerate(torch.tensor_split(perm, self.num_batches)):
+                batch = self.train_ids[chunk]
                 local = group_targets(batch, self.node_part_t, self.group_index, self.num_groups, self.group_rank)
                 yield MiniBatch(epoch=epoch, index=j, targets=local, labels=self.graph.load_labels(local),
                                 meta={"global_batch": int(batch.numel())})
