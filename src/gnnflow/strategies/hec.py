@@ -229,6 +229,17 @@ class HistoricalEmbeddingCache(MiniBatchStrategy):
         mb.counters["features_loaded"] = float(rows.shape[0])
         return mb
 
+    def device_stage(self, mb: MiniBatch) -> MiniBatch:
+        # Blocks stay on the host: halo misses are dropped from them (on the host, where the
+        # HEC lives) right before each layer runs, and then the block moves.
+        dev = self.ctx.device
+        if dev.type != "cpu":
+            assert mb.inputs is not None
+            mb.inputs = mb.inputs.pin_memory().to(dev, non_blocking=True)
+            if mb.labels is not None:
+                mb.labels = mb.labels.to(dev, non_blocking=True)
+        return mb
+
     # ---------------------------------------------------------------- training
     def forward(self, mb: MiniBatch) -> torch.Tensor:
         """Algorithm 2 for one mini-batch: AEP + HEC at every layer, then the layer."""
@@ -237,7 +248,7 @@ class HistoricalEmbeddingCache(MiniBatchStrategy):
         self.aep.begin_iteration()  # the caches' clock: ages and life-span purges
         h_solid = mb.inputs
         for layer, (block, n_solid) in enumerate(zip(mb.blocks, mb.meta["solid_counts"], strict=True)):
-            src = block.src_ids.cpu()
+            src = block.src_ids
             if self.cs > 0:  # with no cache lines nothing pushed could be stored: no AEP at all
                 self.aep.exchange(layer, src[:n_solid], h_solid.detach().cpu())
             hit, cached = self.caches[layer].lookup(self.local_to_global[src[n_solid:]])
