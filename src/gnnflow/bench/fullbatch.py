@@ -122,13 +122,13 @@ class DGLFullGraphGCN:
         from gnnflow.data.store import open_store
 
         s = open_store(graph)
-        src = torch.from_numpy(np.asarray(s.indices, dtype=np.int64))
+        src = torch.from_numpy(np.array(s.indices, dtype=np.int64))
         dst = torch.repeat_interleave(torch.arange(s.num_nodes), torch.from_numpy(np.diff(np.asarray(s.indptr))))
         g = dgl.add_self_loop(dgl.graph((src, dst), num_nodes=s.num_nodes))
         self.g = g.formats(["csc", "csr"])  # both directions built once, as a tuned DGL user would
-        self.x = torch.from_numpy(np.asarray(s.features, dtype=np.float32))
-        self.y = torch.from_numpy(np.asarray(s.labels, dtype=np.int64))
-        self.train = torch.from_numpy(np.asarray(s.train_idx, dtype=np.int64))
+        self.x = torch.from_numpy(np.array(s.features, dtype=np.float32))
+        self.y = torch.from_numpy(np.array(s.labels, dtype=np.int64))
+        self.train = torch.from_numpy(np.array(s.train_idx, dtype=np.int64))
         dims = [self.x.shape[1]] + [args.hidden] * (args.layers - 1) + [int(s.meta["num_classes"])]
         torch.manual_seed(0)
         self.layers = torch.nn.ModuleList(GraphConv(a, b, norm=args.norm) for a, b in zip(dims[:-1], dims[1:], strict=True))
@@ -146,7 +146,7 @@ class DGLFullGraphGCN:
         loss = torch.nn.functional.cross_entropy(h[self.train], self.y[self.train])
         loss.backward()
         self.opt.step()
-        return float(loss)
+        return loss.item()
 
 
 def single_process(graph: str, args: argparse.Namespace) -> dict[str, Any]:

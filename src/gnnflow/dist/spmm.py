@@ -308,10 +308,16 @@ class BroadcastSpMM:
         self.t0 = time.perf_counter()
 
     def _recv_buffer(self, k: int, rows: int, width: int, like: torch.Tensor) -> torch.Tensor:
-        """View ``[rows, width]`` of receive buffer ``k``; the two buffers grow to the largest use."""
+        """View ``[rows, width]`` of receive buffer ``k`` (0 or 1).
+
+        A buffer is allocated on first use and grows to the largest use; with
+        P = 2 each rank only ever receives into one of the two.
+        """
         need = max(self.block_rows) * width
-        if len(self._recv) < 2 or self._recv[0].numel() < need:
-            self._recv = [torch.empty(need, dtype=like.dtype, device=like.device) for _ in range(2)]
+        while len(self._recv) <= k:
+            self._recv.append(torch.empty(0, dtype=like.dtype, device=like.device))
+        if self._recv[k].numel() < need:
+            self._recv[k] = torch.empty(need, dtype=like.dtype, device=like.device)
         return self._recv[k][: rows * width].view(rows, width)
 
     def __call__(self, x: torch.Tensor, out: torch.Tensor | None = None, transpose: bool = False) -> torch.Tensor:

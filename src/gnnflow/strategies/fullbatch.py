@@ -52,6 +52,7 @@ from gnnflow.strategies.base import RankContext
 from gnnflow.strategies.fullbatch_base import FullBatchBase, all_reduce_sum
 
 NORMS = ("both", "right")
+_CHUNK_ELEMS = 1 << 20  # scratch block of the chunked input-gradient GEMM (4 MiB of float32)
 MEMORY_MODES = ("reuse", "autograd")
 
 
@@ -326,7 +327,12 @@ class FullBatch(FullBatchBase):
             if b is not None:
                 h = h + b
             if i < num - 1:
-                h = F.dropout(F.relu(h), self.cfg.dropout, training)
+                h = F.relu(h)
+                if training and self.cfg.dropout > 0:
+                    # the mask is drawn exactly as the buffer path draws it (same RNG stream)
+                    # (a bool mask, as F.dropout saves, so the autograd baseline's memory is not inflated)
+                    mask = torch.empty_like(h).bernoulli_(1.0 - self.cfg.dropout).bool()
+                    h = h * mask * (1.0 / (1.0 - self.cfg.dropout))
         return h
 
     def _cached_agg0(self) -> torch.Tensor:
@@ -352,10 +358,9 @@ class FullBatch(FullBatchBase):
         return sum(b.numel() * 4 for b in self._buffers.values()) + self.engine.buffer_bytes()
 
     def _layer_out(self, i: int) -> torch.Tensor:
-        """Layer i's private buffer: its output, then its dZ, then the gradient of its input."""
+        """Layer i's private buffer (n × d_out): its output, then its dZ (§4.2 eqs. 16-21)."""
         n = self.engine.num_rows  # type: ignore[union-attr]
-        cap = self.dims[i + 1] if i == 0 else max(self.dims[i], self.dims[i + 1])
-        return self._buffer(f"out{i}", n * cap)
+        return self._buffer(f"out{i}", n * self.dims[i + 1])
 
     def _forward_buffers(self, training: bool) -> torch.Tensor:
         assert self.model is not None and self.engine is not None and self.features is not None
@@ -388,7 +393,7 @@ class FullBatch(FullBatchBase):
                     out.relu_()
                     if p > 0:
                         mask = tmp[: n * d_out].view(n, d_out).bernoulli_(1.0 - p)
-                        out.mul_(mask).mul_(1.0 / (1.0 - p))
+                        out.mul_(mask).mul_(1.0 / (1.0 - p))  # as the autograd path: h * mask * 1/(1-p)
             h = out
         return h
 
@@ -425,10 +430,15 @@ class FullBatch(FullBatchBase):
                 _acc_grad(w, h_in.t() @ y)
                 if i == 0:
                     continue
-                hg = self._layer_out(i)[: n * d_in].view(n, d_in)  # dH_{i-1}, over dZ_i (consumed)
-                torch.mm(y, w.t(), out=hg)
-                # activation + dropout backward in place: dZ = dH * [H > 0] / (1 - p)
-                h_in.gt_(0).mul_(hg)
+                # dZ_{i-1} = (Y Wᵀ) ⊙ [H_{i-1} > 0] / (1 - p), written over H_{i-1} in row chunks,
+                # so the n × d_in input gradient never exists as a whole (one small scratch block)
+                chunk = max(1, min(n, _CHUNK_ELEMS // max(1, d_in)))
+                scratch = self._buffer("scratch", chunk * d_in)
+                for s0 in range(0, n, chunk):
+                    s1 = min(n, s0 + chunk)
+                    hg = scratch[: (s1 - s0) * d_in].view(s1 - s0, d_in)
+                    torch.mm(y[s0:s1], w.t(), out=hg)
+                    h_in[s0:s1].gt_(0).mul_(hg)
                 if self.cfg.dropout > 0:
                     h_in.mul_(scale)
         return float(loss.detach())
@@ -546,6 +556,7 @@ def verify(workers: int, model: str = "gcn", seed: int = 0, **kw: Any) -> dict[s
     """Logits, loss and weight gradients of the P-rank full-batch GCN vs single-process GCN.
 
     ``kw``: ``graph`` (a store path; default: a small power-law synthetic graph),
+    ``partition`` (a partition book of ``graph`` with ``workers`` parts, e.g. permute-1d),
     ``num_layers`` (2), ``hidden`` (16), ``norm`` ("both"), ``memory`` ("reuse"),
     ``overlap`` (True), ``permute`` (True), ``transpose`` ("auto"), ``tol`` (1e-5,
     relative to the largest reference magnitude), ``skip_rounds`` (test only: rounds
@@ -561,6 +572,7 @@ def verify(workers: int, model: str = "gcn", seed: int = 0, **kw: Any) -> dict[s
     skip_rounds = tuple(kw.pop("skip_rounds", ()))
     norm = str(kw.pop("norm", "both"))
     graph = kw.pop("graph", None)
+    partition = kw.pop("partition", None)
     options = {"norm": norm, "memory": kw.pop("memory", "reuse"), "overlap": kw.pop("overlap", True),
                "permute": kw.pop("permute", True), "transpose": kw.pop("transpose", "auto"),
                "self_loops": kw.pop("self_loops", True)}
@@ -577,7 +589,7 @@ def verify(workers: int, model: str = "gcn", seed: int = 0, **kw: Any) -> dict[s
                                           num_classes=5, seed=seed).path)
         cfg = TrainConfig(graph=str(graph), strategy="fullbatch", model="gcn", hidden=hidden,
                           num_layers=num_layers, fanouts=[-1] * num_layers, dropout=0.0, seed=seed,
-                          workers=workers, options=options)
+                          workers=workers, partition=str(partition) if partition else None, options=options)
         ref = reference_full_batch(str(graph), cfg, norm)
         results = run_ranks(_verify_rank, workers, cfg.to_dict(), ref["state"], skip_rounds, timeout_s=timeout_s)
     logits = np.zeros_like(ref["logits"])
