@@ -27,6 +27,7 @@ hidden representations of layer-wise distributed inference: pass
 
 from __future__ import annotations
 
+import mmap
 from typing import Any
 
 import numpy as np
@@ -50,6 +51,20 @@ def _rows_tensor(table: Rows, pos: np.ndarray) -> torch.Tensor:
     out = np.empty_like(rows)
     out[order] = rows
     return torch.from_numpy(out)
+
+
+def _advise_random(table: Rows) -> None:
+    """Tell the kernel a memory-mapped shard is read at random rows (no readahead).
+
+    Mini-batches gather scattered rows; readahead would fault in neighbouring
+    pages nobody asked for, inflating the rank's resident memory and I/O.
+    """
+    mm = getattr(table, "_mmap", None)
+    if mm is not None and hasattr(mm, "madvise") and hasattr(mmap, "MADV_RANDOM"):
+        try:
+            mm.madvise(mmap.MADV_RANDOM)
+        except OSError:
+            pass
 
 
 class FeatureStore:
@@ -82,6 +97,7 @@ class FeatureStore:
         if table.shape[0] != part.num_inner:
             raise ConfigError(f"feature store: {table.shape[0]} local rows for {part.num_inner} inner vertices")
         self.table: Rows = table
+        _advise_random(table)
         self.dim = int(np.prod(table.shape[1:])) if len(table.shape) > 1 else 1
         self.stats = stats if stats is not None else CommStats(self.world_size)
         self.group = group
@@ -114,9 +130,7 @@ class FeatureStore:
             if hits:
                 out[torch.from_numpy(remote[hit])] = self.cache_rows[torch.from_numpy(cpos_c[hit])]
             remote = remote[~hit]
-        received = self._exchange(ids_np[remote], owner[remote])
-        if remote.size:
-            out[torch.from_numpy(remote)] = received
+        self._exchange(ids_np[remote], owner[remote], out, remote)
         if counters is not None:
             row_bytes = 4 * self.dim
             counters["features_loaded"] = counters.get("features_loaded", 0) + n
@@ -127,13 +141,18 @@ class FeatureStore:
                 counters["cache_misses"] = counters.get("cache_misses", 0) + int(remote.size)
         return out
 
-    def _exchange(self, ids: np.ndarray, owner: np.ndarray) -> torch.Tensor:
-        """Request ``ids`` from their ``owner`` ranks; one id exchange + one row exchange."""
+    def _exchange(self, ids: np.ndarray, owner: np.ndarray, out: torch.Tensor, dest: np.ndarray) -> None:
+        """Request ``ids`` from their ``owner`` ranks and write the rows to ``out[dest]``.
+
+        One id exchange + one row exchange; received rows are scattered straight
+        into ``out`` (no intermediate concatenation: the buffers a batch needs
+        are the request, the reply and the output).
+        """
         shape_tail = tuple(self.table.shape[1:])
         if self.world_size == 1:
             if ids.size:
                 raise ConfigError("feature store: a single rank cannot own remote vertices; check node_part")
-            return torch.empty((0, *shape_tail), dtype=torch.float32)
+            return
         order = np.argsort(owner, kind="stable")
         counts = np.bincount(owner, minlength=self.world_size)
         send_ids = torch.split(torch.from_numpy(ids[order]), counts.tolist())
@@ -148,10 +167,11 @@ class FeatureStore:
                 raise ConfigError(f"feature store: rank {peer} asked rank {self.rank} for vertices it does not own")
             replies.append(_rows_tensor(self.table, pos))
         rows = alltoallv(replies, self.stats, recv_counts=counts.tolist(), group=self.group)
-        got = torch.cat(rows, 0)
-        result = torch.empty_like(got)
-        result[torch.from_numpy(order)] = got
-        return result
+        del replies
+        targets = torch.split(torch.from_numpy(dest[order]), counts.tolist())
+        for idx, got in zip(targets, rows, strict=True):
+            if idx.numel():
+                out[idx] = got
 
     # -- cache -------------------------------------------------------------------
     def build_cache(self, candidate_ids: np.ndarray, candidate_counts: np.ndarray, capacity: int) -> int:

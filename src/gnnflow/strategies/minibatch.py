@@ -393,7 +393,7 @@ class MiniBatchStrategy(Strategy):
         net = self.net
         net.eval()
         block = self.part_block().to(self.ctx.device)
-        h = torch.from_numpy(np.asarray(self.part.features, dtype=np.float32))
+        h = torch.from_numpy(np.array(self.part.features, dtype=np.float32))
         halo = self.part.halo_ids
         for i in range(self.cfg.num_layers):
             store = FeatureStore(self.part, self.node_part, local_rows=h.cpu())
