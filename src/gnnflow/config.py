@@ -9,7 +9,7 @@ from typing import Any
 
 from gnnflow.errors import ConfigError
 
-MODELS = ("sage", "gcn", "gat")
+MODELS = ("sage", "gcn", "gat", "mlp")  # mlp: the no-graph baseline (nn.DstLinear)
 
 
 @dataclass
