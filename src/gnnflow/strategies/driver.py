@@ -1,0 +1,221 @@
+"""The training driver: runs any strategy for ``cfg.epochs`` epochs on ``cfg.workers`` ranks.
+
+For each epoch and rank: a fresh :class:`Recorder`, ``run_epoch``, evaluation
+every ``eval_every`` epochs (and after the last), one :class:`EpochRecord`.
+Per-rank records are gathered to rank 0 (``torch.distributed.gather_object``),
+which alone writes the run directory::
+
+    RUNDIR/run.json        config + provenance (+ status and final accuracies at the end)
+    RUNDIR/records.jsonl   one row per epoch x rank (results.schema)
+    RUNDIR/ckpt/last.pt    after every epoch: epoch, world size, torch/numpy/python
+                           RNG states and every rank's ``Strategy.state_dict()``
+                           (loadable with ``torch.load(weights_only=True)``)
+    RUNDIR/model.pt        rank 0's final model weights
+
+``resume=True`` loads ``ckpt/last.pt`` on every rank, drops any records of
+epochs after the checkpoint (written before a crash that preceded the next
+checkpoint) and continues from the next epoch, so records (up to timing
+columns) and weights equal those of an uninterrupted run.  Strategies that own
+random generators beyond torch's, numpy's and Python's global ones put their
+states into ``state_dict`` (as :class:`~gnnflow.strategies.single.SingleProcess` does).
+
+Test hook: ``options["stop_after_epoch"] = k`` ends the run right after epoch
+``k``'s checkpoint, as if the process had been killed there.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import random
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from gnnflow.config import TrainConfig
+from gnnflow.errors import ConfigError
+from gnnflow.io import atomic_file, provenance, write_json
+from gnnflow.results.schema import EpochRecord, Recorder, write_records
+from gnnflow.strategies.base import RankContext, Strategy, strategy_class
+
+log = logging.getLogger("gnnflow.train")
+
+CKPT = Path("ckpt") / "last.pt"
+
+
+def run_id_for(cfg: TrainConfig) -> str:
+    """``cfg.run_id``, else the run directory's name, else a fresh id."""
+    if cfg.run_id:
+        return cfg.run_id
+    if cfg.out:
+        return Path(cfg.out).name
+    return f"{cfg.strategy}-{cfg.model}-w{cfg.workers}-s{cfg.seed}-{uuid.uuid4().hex[:6]}"
+
+
+def dataset_name(graph: str) -> str:
+    meta = Path(graph) / "meta.json"
+    try:
+        return str(json.loads(meta.read_text())["name"])
+    except (OSError, ValueError, KeyError):
+        return Path(graph).name
+
+
+def _global_rng_state() -> dict[str, Any]:
+    return {
+        "torch": torch.get_rng_state(),
+        "numpy": json.dumps(np.random.get_state(legacy=False), default=_np_json),
+        "python": json.dumps(random.getstate()),
+    }
+
+
+def _np_json(obj: Any) -> Any:
+    if isinstance(obj, np.ndarray):
+        return obj.tolist()
+    if isinstance(obj, np.integer):
+        return int(obj)
+    raise TypeError(type(obj).__name__)
+
+
+def _set_global_rng_state(state: dict[str, Any]) -> None:
+    torch.set_rng_state(state["torch"])
+    np_state = json.loads(state["numpy"])
+    np.random.set_state(np_state)
+    py = json.loads(state["python"])
+    random.setstate((py[0], tuple(py[1]), py[2]))
+
+
+def load_checkpoint(run_dir: str | Path) -> dict[str, Any]:
+    """The run's last checkpoint (``weights_only`` load)."""
+    return torch.load(Path(run_dir) / CKPT, map_location="cpu", weights_only=True)
+
+
+def _gather(obj: Any, ctx: RankContext) -> list[Any] | None:
+    """Every rank's ``obj`` on rank 0 (a list), None elsewhere."""
+    if not ctx.is_distributed:
+        return [obj]
+    out: list[Any] | None = [None] * ctx.world_size if ctx.rank == 0 else None
+    dist.gather_object(obj, out, dst=0)
+    return out
+
+
+def _truncate_records(run_dir: Path, last_epoch: int) -> None:
+    path = run_dir / "records.jsonl"
+    if not path.exists():
+        return
+    keep = [line for line in path.read_text().splitlines() if line.strip() and json.loads(line)["epoch"] <= last_epoch]
+    with atomic_file(path) as tmp:
+        tmp.write_text("".join(line + "\n" for line in keep))
+
+
+def _rank_main(ctx: RankContext, cfg_dict: dict[str, Any]) -> list[EpochRecord]:
+    """One rank's training loop; returns (on rank 0) every rank's records."""
+    cfg = TrainConfig.from_dict(cfg_dict)
+    run_dir = cfg.run_dir
+    strategy: Strategy = strategy_class(cfg.strategy)(cfg, ctx)
+    strategy.prepare()
+    start = 0
+    if cfg.resume and run_dir is not None and (run_dir / CKPT).exists():
+        ckpt = load_checkpoint(run_dir)
+        if int(ckpt["world_size"]) != ctx.world_size:
+            raise ConfigError(
+                f"{run_dir / CKPT}: written by {ckpt['world_size']} ranks, resuming with {ctx.world_size}; "
+                "resume with the same --workers"
+            )
+        strategy.load_state_dict(ckpt["ranks"][ctx.rank])
+        _set_global_rng_state(ckpt["rng"][ctx.rank])
+        start = int(ckpt["epoch"]) + 1
+        if ctx.rank == 0:
+            _truncate_records(run_dir, start - 1)
+            log.info("resuming %s from epoch %d", run_dir, start)
+    stop_after = cfg.options.get("stop_after_epoch")
+    run_id, dataset = run_id_for(cfg), dataset_name(cfg.graph)
+    all_records: list[EpochRecord] = []
+    for epoch in range(start, cfg.epochs):
+        rec = Recorder()
+        loss = strategy.run_epoch(epoch, rec)
+        accs: dict[str, float] = {}
+        if (epoch + 1) % cfg.eval_every == 0 or epoch == cfg.epochs - 1:
+            with rec.timer("eval"):
+                accs = strategy.evaluate()
+        record = EpochRecord(
+            run_id=run_id, strategy=cfg.strategy, dataset=dataset, model=cfg.model, workers=ctx.world_size,
+            rank=ctx.rank, epoch=epoch, seed=cfg.seed, loss=float(loss),
+            train_acc=accs.get("train_acc", float("nan")), val_acc=accs.get("val_acc", float("nan")),
+            test_acc=accs.get("test_acc", float("nan")), time_epoch=rec.elapsed(),
+            times=dict(rec.times), counters=dict(rec.counters), extra=dict(rec.extra),
+        )
+        gathered = _gather(record, ctx)
+        states = _gather({"state": strategy.state_dict(), "rng": _global_rng_state()}, ctx)
+        if ctx.rank == 0:
+            assert gathered is not None and states is not None
+            all_records.extend(gathered)
+            if run_dir is not None:
+                write_records(run_dir, gathered)
+                _save_checkpoint(run_dir, epoch, states)
+            log.info("epoch %d: loss %.4f %s", epoch, loss,
+                     " ".join(f"{k} {v:.4f}" for k, v in accs.items()))
+        if stop_after is not None and epoch >= int(stop_after):
+            break
+    else:
+        if ctx.rank == 0 and run_dir is not None and strategy.model is not None:
+            with atomic_file(run_dir / "model.pt") as tmp:
+                torch.save(strategy.model.state_dict(), tmp)
+    return all_records
+
+
+def _save_checkpoint(run_dir: Path, epoch: int, states: list[dict[str, Any]]) -> None:
+    ckpt = {
+        "epoch": epoch,
+        "world_size": len(states),
+        "ranks": [s["state"] for s in states],
+        "rng": [s["rng"] for s in states],
+    }
+    with atomic_file(run_dir / CKPT) as tmp:
+        torch.save(ckpt, tmp)
+
+
+def _prepare_run_dir(cfg: TrainConfig) -> None:
+    run_dir = cfg.run_dir
+    if run_dir is None:
+        return
+    if run_dir.exists() and (run_dir / "records.jsonl").exists() and not cfg.resume:
+        raise ConfigError(f"{run_dir}: already holds a run; pass --resume to continue it or remove it")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    if not (cfg.resume and (run_dir / "run.json").exists()):
+        write_json(run_dir / "run.json", {"config": cfg.to_dict(), "provenance": provenance(), "status": "running"})
+
+
+def run_training(cfg: TrainConfig) -> list[EpochRecord]:
+    """Train ``cfg`` to completion (or resume it); return the records of the epochs this call ran."""
+    cls = strategy_class(cfg.strategy)
+    if not cls.distributed and cfg.workers > 1:
+        raise ConfigError(f"strategy {cfg.strategy!r} runs in one process; use --workers 1")
+    # under torchrun/srun every rank runs this function; only rank 0 writes files
+    is_rank0 = int(os.environ.get("RANK", os.environ.get("SLURM_PROCID", "0"))) == 0
+    if is_rank0:
+        _prepare_run_dir(cfg)
+    t0 = time.perf_counter()
+    if cls.distributed:
+        from gnnflow.dist.launch import run_ranks
+
+        records = run_ranks(_rank_main, cfg.workers, cfg.to_dict(), device=cfg.device)[0]
+    else:
+        records = _rank_main(RankContext(device=torch.device(cfg.device)), cfg.to_dict())
+    run_dir = cfg.run_dir
+    if run_dir is not None and is_rank0:
+        info = json.loads((run_dir / "run.json").read_text())
+        finished = not records or records[-1].epoch == cfg.epochs - 1
+        info["status"] = "done" if finished else "stopped"
+        info["wall_time_s"] = info.get("wall_time_s", 0.0) + time.perf_counter() - t0
+        if records:
+            last = records[-1]
+            info["final"] = {"epoch": last.epoch, "loss": last.loss, "train_acc": last.train_acc,
+                             "val_acc": last.val_acc, "test_acc": last.test_acc}
+        write_json(run_dir / "run.json", info)
+    return records

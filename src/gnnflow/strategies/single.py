@@ -1,0 +1,144 @@
+"""Single-process training: the reference every distributed strategy is tested against.
+
+Mini-batch (DistDGLv2 §3.2): each epoch shuffles the training vertices into
+batches of ``batch_size`` targets; per batch the layer-wise sampler draws the
+blocks (GSplit §5), the input rows are gathered from the feature store, and
+the model runs forward/backward with cross-entropy averaged over the targets;
+Adam steps.  Full-batch (``options["full_batch"]``, MG-GCN §2): one iteration
+per epoch on the whole graph (every layer's block is the whole graph), loss
+over all training vertices.  Evaluation is exact full-neighbourhood inference
+(:func:`gnnflow.strategies.common.evaluate_full`).
+
+Everything random is seeded from ``cfg.seed`` and checkpointed (model init,
+batch shuffling, neighbour sampling, dropout), so a resumed run continues
+exactly as an uninterrupted one.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from gnnflow.config import TrainConfig
+from gnnflow.data.store import GraphStore, open_store
+from gnnflow.errors import ConfigError
+from gnnflow.nn import build_model
+from gnnflow.results.schema import Recorder
+from gnnflow.sampling import Block, NeighborSampler, full_blocks
+from gnnflow.strategies.base import RankContext, Strategy
+from gnnflow.strategies.common import (
+    batch_generator,
+    batches,
+    evaluate_full,
+    feature_rows,
+    make_optimizer,
+    numpy_rng_state,
+    seed_everything,
+    set_numpy_rng_state,
+)
+
+
+def truthy(value: Any) -> bool:
+    """An option value as a bool (``--opt full_batch=true`` arrives as a string)."""
+    if isinstance(value, str):
+        return value.strip().lower() in ("1", "true", "yes", "on")
+    return bool(value)
+
+
+class SingleProcess(Strategy):
+    """Mini-batch or full-batch training in one process."""
+
+    name: ClassVar[str] = "single"
+    distributed: ClassVar[bool] = False
+
+    def __init__(self, cfg: TrainConfig, ctx: RankContext | None = None) -> None:
+        super().__init__(cfg, ctx or RankContext())
+        self.full_batch = truthy(cfg.options.get("full_batch", False))
+        self.store: GraphStore | None = None
+        self.sampler: NeighborSampler | None = None
+        self.batch_gen = batch_generator(cfg.seed)
+        self.full: list[Block] | None = None
+        self.features: torch.Tensor | None = None
+
+    def prepare(self) -> None:
+        cfg = self.cfg
+        self.store = store = open_store(cfg.graph)
+        if store.features is None:
+            raise ConfigError(f"graph {cfg.graph}: has no features.npy; training needs vertex features")
+        seed_everything(cfg.seed)
+        self.model = build_model(cfg.model, store.feature_dim, cfg.hidden, store.num_classes, cfg.num_layers,
+                                 cfg.dropout, cfg.heads).to(self.ctx.device)
+        self.optimizer = make_optimizer(self.model, cfg)
+        self.labels = torch.from_numpy(np.array(store.labels, dtype=np.int64))
+        self.train_ids = torch.from_numpy(np.array(store.train_idx, dtype=np.int64))
+        if self.full_batch:
+            self.full = [b.to(self.ctx.device) for b in full_blocks(store.indptr, store.indices, 1)] * cfg.num_layers
+            self.features = torch.from_numpy(np.array(store.features, dtype=np.float32)).to(self.ctx.device)
+        else:
+            fanouts = cfg.fanouts or [-1] * cfg.num_layers
+            self.sampler = NeighborSampler(store.indptr, store.indices, fanouts, seed=cfg.seed)
+
+    def run_epoch(self, epoch: int, rec: Recorder) -> float:
+        assert self.model is not None
+        self.model.train()
+        if self.full_batch:
+            return self._full_batch_step(rec)
+        assert self.sampler is not None and self.store is not None and self.store.features is not None
+        total, count = 0.0, 0
+        for targets in batches(self.train_ids, self.cfg.batch_size, self.batch_gen):
+            with rec.timer("sample"):
+                blocks = self.sampler.sample_blocks(targets)
+            rec.count("sampled_edges", sum(b.num_edges for b in blocks))
+            with rec.timer("load"):
+                x = feature_rows(self.store.features, blocks[0].src_ids)
+                y = self.labels[targets]
+                blocks = [b.to(self.ctx.device) for b in blocks]
+                x, y = x.to(self.ctx.device), y.to(self.ctx.device)
+            rec.count("features_loaded", x.shape[0])
+            loss = self._step(blocks, x, y, rec)
+            total += loss * targets.shape[0]
+            count += targets.shape[0]
+            rec.count("iterations")
+        return total / max(count, 1)
+
+    def _full_batch_step(self, rec: Recorder) -> float:
+        assert self.full is not None and self.features is not None
+        train = self.train_ids.to(self.ctx.device)
+        rec.count("sampled_edges", sum(b.num_edges for b in self.full))
+        loss = self._step(self.full, self.features, self.labels.to(self.ctx.device)[train], rec, rows=train)
+        rec.count("iterations")
+        return loss
+
+    def _step(self, blocks: list[Block], x: torch.Tensor, y: torch.Tensor, rec: Recorder,
+              rows: torch.Tensor | None = None) -> float:
+        assert self.model is not None and self.optimizer is not None
+        with rec.timer("forward_backward"):
+            logits = self.model(blocks, x)
+            if rows is not None:
+                logits = logits[rows]
+            loss = F.cross_entropy(logits, y)
+            self.optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+        with rec.timer("step"):
+            self.optimizer.step()
+        return float(loss.detach())
+
+    def evaluate(self) -> dict[str, float]:
+        assert self.model is not None and self.store is not None
+        return evaluate_full(self.model, self.store, self.ctx.device)
+
+    def state_dict(self) -> dict[str, Any]:
+        state = super().state_dict()
+        state["batch_generator"] = self.batch_gen.get_state()
+        if self.sampler is not None:
+            state["sampler_rng"] = numpy_rng_state(self.sampler.rng)
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        self.batch_gen.set_state(state["batch_generator"])
+        if self.sampler is not None and "sampler_rng" in state:
+            set_numpy_rng_state(self.sampler.rng, state["sampler_rng"])
