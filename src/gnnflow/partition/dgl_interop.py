@@ -48,7 +48,7 @@ def store_to_dgl(store: Any) -> Any:
     g.ndata["label"] = torch.from_numpy(np.array(store.labels, dtype=np.int64))
     for split in ("train", "val", "test"):
         mask = torch.zeros(store.num_nodes, dtype=torch.bool)
-        mask[torch.from_numpy(np.asarray(store.split(split), dtype=np.int64))] = True
+        mask[torch.from_numpy(np.array(store.split(split), dtype=np.int64))] = True
         g.ndata[f"{split}_mask"] = mask
     return g
 
