@@ -46,9 +46,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--workers", type=int, default=4, help="fit: local ranks")
     parser.add_argument("--topology", help="fit: probed topology file (default: probe now); "
                                            "planners: preset (default dgx1-v100)")
-    parser.add_argument("--feature-dim", type=int, default=128)
+    parser.add_argument("--feature-dim", type=int, default=None,
+                        help="embedding width (default: 512 for fit, so volume dominates per-call overhead; 128 otherwise)")
     parser.add_argument("--volumes", type=int, default=10, help="fit: communication volumes per planner")
-    parser.add_argument("--repeats", type=int, default=5, help="fit: timed repetitions (median)")
+    parser.add_argument("--repeats", type=int, default=7, help="fit: timed repetitions (median and min)")
     parser.add_argument("--nodes", type=int, default=1_000_000, help="planning-time: graph size")
     parser.add_argument("--avg-degree", type=float, default=12.0, help="planning-time: mean degree")
     parser.add_argument("--densities", default="4,12,24,48", help="planners: mean degrees of the graphs")
@@ -72,22 +73,26 @@ def _synthetic(tmp: str, name: str, **kw: Any) -> Any:
 # --------------------------------------------------------------------------- fit
 
 
-def _time_rank(ctx: RankContext, configs: list[list[Any]], dim: int, repeats: int) -> list[list[float]]:
+def _time_rank(ctx: RankContext, configs: list[list[Any]], dim: int, repeats: int) -> list[list[list[float]]]:
+    """Per config: wall time of each timed call (slowest rank) and CPU time summed over ranks."""
     from gnnflow.dist.allgather import graph_allgather
 
     gen = torch.Generator().manual_seed(ctx.rank)
-    times: list[list[float]] = [[] for _ in configs]
+    times: list[list[list[float]]] = [[[], []] for _ in configs]
     for k in range(repeats + 1):  # the first round warms up
         for c, tables in enumerate(configs):
             table = tables[ctx.rank]
             x = torch.randn(table.inner_ids.shape[0], dim, generator=gen)
             dist.barrier()
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             graph_allgather(x, table)
-            dt = torch.tensor([time.perf_counter() - t0], dtype=torch.float64)
-            dist.all_reduce(dt, op=dist.ReduceOp.MAX)  # the allgather ends with its slowest rank
+            wall = torch.tensor([time.perf_counter() - t0], dtype=torch.float64)
+            cpu = torch.tensor([time.process_time() - c0], dtype=torch.float64)
+            dist.all_reduce(wall, op=dist.ReduceOp.MAX)  # the allgather ends with its slowest rank
+            dist.all_reduce(cpu)  # CPU seconds of all ranks (gloo threads included)
             if k:
-                times[c].append(float(dt))
+                times[c][0].append(float(wall))
+                times[c][1].append(float(cpu))
     return times
 
 
@@ -130,11 +135,18 @@ def run_fit(args: argparse.Namespace) -> dict[str, Any]:
                 rows.append({"planner": name, "fraction": float(f), "modeled_s": sub.cost(args.feature_dim),
                              "volume": sub.volume()})
         times = run_ranks(_time_rank, p, configs, args.feature_dim, args.repeats, timeout_s=600)[0]
-    for row, ts in zip(rows, times, strict=True):
+    for row, (ts, cs) in zip(rows, times, strict=True):
         row["measured_s"] = float(np.median(ts))
+        row["measured_min_s"] = float(np.min(ts))
+        row["cpu_s"] = float(np.median(cs))
+        row["runs_s"], row["cpu_runs_s"] = ts, cs
     x = np.array([r["modeled_s"] for r in rows])
     y = np.array([r["measured_s"] for r in rows])
     fit = fit_line(x, y)
+    # on a shared machine other load only adds time: the minimum estimates the uncontended time
+    fit_min = fit_line(x, np.array([r["measured_min_s"] for r in rows]))
+    # CPU seconds of all ranks: what the transfers cost, whatever else the shared cores run
+    fit_cpu = fit_line(x, np.array([r["cpu_s"] for r in rows]))
     per = {name: fit_line(x[[r["planner"] == name for r in rows]], y[[r["planner"] == name for r in rows]])
            for name in plans}
     full = {r["planner"]: r for r in rows if r["fraction"] == fractions[-1]}
@@ -145,10 +157,12 @@ def run_fit(args: argparse.Namespace) -> dict[str, Any]:
         "summary": (f"allgather fit over {len(rows)} points ({p} ranks, {args.volumes} volumes x 2 planners, "
                     f"dim {args.feature_dim}): R^2 = {fit['r2']:.4f} (p2p {per['p2p']['r2']:.4f}, "
                     f"spst {per['spst']['r2']:.4f}); slope {fit['slope']:.3f}, intercept "
-                    f"{fit['intercept_s'] * 1e3:.2f} ms; full volume spst/p2p measured {meas_ratio:.3f} "
+                    f"{fit['intercept_s'] * 1e3:.2f} ms; R^2 of the per-point minimum {fit_min['r2']:.4f}; R^2 of "
+                    f"CPU time {fit_cpu['r2']:.4f}; "
+                    f"full volume spst/p2p measured {meas_ratio:.3f} "
                     f"({full['spst']['measured_s'] * 1e3:.1f} vs {full['p2p']['measured_s'] * 1e3:.1f} ms), "
                     f"modeled {model_ratio:.3f}"),
-        "fit": fit, "fit_per_planner": per, "points": rows, "workers": p,
+        "fit": fit, "fit_min": fit_min, "fit_cpu": fit_cpu, "fit_per_planner": per, "points": rows, "workers": p,
         "topology": topo.describe(), "stages": {n: pl.num_stages for n, pl in plans.items()},
         "spst_over_p2p_measured": meas_ratio, "spst_over_p2p_modeled": model_ratio,
     }
@@ -253,4 +267,6 @@ def run_planning_time(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
+    if args.feature_dim is None:
+        args.feature_dim = 512 if args.mode == "fit" else 128
     return {"fit": run_fit, "planners": run_planners, "planning-time": run_planning_time}[args.mode](args)

@@ -20,6 +20,7 @@ to a second shared buffer and owners sum them.
 
 from __future__ import annotations
 
+import atexit
 import os
 import shutil
 import tempfile
@@ -231,6 +232,8 @@ class _SharedBuffers:
         self.dir: str = obj[0]
         self.owner = rank == 0
         self.maps: dict[tuple[str, int, int], torch.Tensor] = {}
+        if self.owner:  # no shared files left behind even if close() is never called
+            atexit.register(shutil.rmtree, self.dir, True)
 
     def get(self, name: str, rows: int, dim: int) -> torch.Tensor:
         key = (name, rows, dim)
