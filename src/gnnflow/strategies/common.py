@@ -106,7 +106,7 @@ def full_inference(model: GNN, indptr: np.ndarray, indices: np.ndarray, features
     was_training = model.training
     model.eval()
     try:
-        h = torch.from_numpy(np.ascontiguousarray(features, dtype=np.float32))
+        h = torch.from_numpy(np.array(features, dtype=np.float32))
         chunks = [torch.arange(s, min(s + chunk_size, num_nodes)) for s in range(0, num_nodes, chunk_size)]
         blocks: list[Block] = []
         for chunk in chunks:

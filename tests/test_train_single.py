@@ -1,0 +1,160 @@
+"""Single-process training: accuracy against an MLP, exact resume, CLI, evaluation."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from gnnflow.cli import main as cli_main
+from gnnflow.config import TrainConfig
+from gnnflow.errors import ConfigError
+from gnnflow.nn import build_model
+from gnnflow.sampling import Block
+from gnnflow.strategies.common import accuracy, evaluate_full, full_inference
+from gnnflow.strategies.driver import load_checkpoint, run_training
+
+TIMING = ("time_",)
+
+
+@pytest.fixture
+def one_thread():
+    """One intra-op thread: on a shared 2-core machine OpenMP spinning costs far more than it gains."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def synthetic_default(tmp_path_factory):
+    from gnnflow.data.synthetic import prepare_synthetic
+
+    return str(prepare_synthetic(tmp_path_factory.mktemp("syn") / "default").path)
+
+
+def _train(graph: str, model: str, epochs: int, **kw) -> float:
+    cfg = TrainConfig(graph=graph, model=model, epochs=epochs, eval_every=epochs, **kw)
+    return run_training(cfg)[-1].test_acc
+
+
+def test_minibatch_sage_beats_mlp(synthetic_default, one_thread):
+    kw = dict(num_layers=2, fanouts=[5, 5], batch_size=1024, lr=0.01, hidden=64, seed=0)
+    sage = _train(synthetic_default, "sage", 2, **kw)
+    mlp = _train(synthetic_default, "mlp", 2, **kw)
+    print(f"mini-batch: sage {sage:.4f} mlp {mlp:.4f}")
+    assert sage - mlp >= 0.15
+
+
+def test_fullbatch_gcn_beats_mlp(synthetic_default, one_thread):
+    kw = dict(num_layers=2, fanouts=[-1, -1], lr=0.02, hidden=64, seed=0, options={"full_batch": True})
+    gcn = _train(synthetic_default, "gcn", 15, **kw)
+    mlp = _train(synthetic_default, "mlp", 15, **kw)
+    print(f"full-batch: gcn {gcn:.4f} mlp {mlp:.4f}")
+    assert gcn - mlp >= 0.15
+
+
+def _records(run_dir) -> list[dict]:
+    rows = [json.loads(line) for line in (run_dir / "records.jsonl").read_text().splitlines()]
+    return [{k: v for k, v in r.items() if not k.startswith(TIMING)} for r in rows]
+
+
+def _same(a: list[dict], b: list[dict]) -> bool:
+    if len(a) != len(b):
+        return False
+    for x, y in zip(a, b, strict=True):
+        for k in x:
+            if isinstance(x[k], float) and math.isnan(x[k]):
+                if not math.isnan(y[k]):
+                    return False
+            elif x[k] != y[k] and k != "run_id":
+                return False
+    return True
+
+
+@pytest.mark.parametrize("full_batch", [False, True])
+def test_resume_equals_uninterrupted(tiny_store, tmp_path, full_batch, one_thread):
+    base = ["train", "--strategy", "single", "--graph", str(tiny_store.path), "--model", "sage",
+            "--fanouts", "4,3", "--batch-size", "32", "--epochs", "4", "--dropout", "0.5", "--seed", "3",
+            "--opt", f"full_batch={str(full_batch).lower()}"]
+    whole, parted = tmp_path / "whole", tmp_path / "parted"
+    assert cli_main([*base, "--out", str(whole)]) == 0
+    # "kill" after epoch 1 (right after its checkpoint), then resume
+    assert cli_main([*base, "--out", str(parted), "--opt", "stop_after_epoch=1"]) == 0
+    assert len(_records(parted)) == 2
+    assert json.loads((parted / "run.json").read_text())["status"] == "stopped"
+    assert cli_main([*base, "--out", str(parted), "--resume"]) == 0
+    assert _same(_records(whole), _records(parted))
+    assert [r["epoch"] for r in _records(parted)] == [0, 1, 2, 3]
+    a, b = load_checkpoint(whole), load_checkpoint(parted)
+    assert a["epoch"] == b["epoch"] == 3
+    for k, v in a["ranks"][0]["model"].items():
+        assert torch.equal(v, b["ranks"][0]["model"][k]), k
+    final = torch.load(parted / "model.pt", weights_only=True)
+    assert all(torch.equal(final[k], v) for k, v in a["ranks"][0]["model"].items())
+    assert json.loads((parted / "run.json").read_text())["status"] == "done"
+
+
+def test_resume_drops_records_after_checkpoint(tiny_store, tmp_path, one_thread):
+    out = tmp_path / "run"
+    cfg = dict(graph=str(tiny_store.path), fanouts=[3, 3], batch_size=64, epochs=3, out=str(out))
+    run_training(TrainConfig(**cfg, options={"stop_after_epoch": 0}))
+    # a crash after writing epoch 1's records but before its checkpoint leaves an extra row
+    line = (out / "records.jsonl").read_text().splitlines()[0]
+    row = json.loads(line)
+    row["epoch"] = 1
+    with open(out / "records.jsonl", "a") as fh:
+        fh.write(json.dumps(row) + "\n")
+    run_training(TrainConfig(**cfg, resume=True))
+    assert [r["epoch"] for r in _records(out)] == [0, 1, 2]
+
+
+def test_existing_run_needs_resume(tiny_store, tmp_path, one_thread):
+    out = tmp_path / "run"
+    cfg = dict(graph=str(tiny_store.path), fanouts=[3, 3], batch_size=64, epochs=1, out=str(out))
+    run_training(TrainConfig(**cfg))
+    with pytest.raises(ConfigError, match="--resume"):
+        run_training(TrainConfig(**cfg))
+
+
+def test_cli_yaml_overridden_by_flags(tiny_store, tmp_path, one_thread):
+    from gnnflow.strategies.cli_train import add_arguments, config_from_args
+
+    yml = tmp_path / "c.yaml"
+    yml.write_text(f"graph: {tiny_store.path}\nmodel: gcn\nhidden: 8\nfanouts: 5,5\noptions:\n  full_batch: false\n")
+    import argparse
+
+    p = argparse.ArgumentParser()
+    add_arguments(p)
+    cfg = config_from_args(p.parse_args(["--config", str(yml), "--hidden", "16", "--opt", "full_batch=true",
+                                         "--opt", "k=0.5"]))
+    assert (cfg.model, cfg.hidden, cfg.fanouts, cfg.num_layers) == ("gcn", 16, [5, 5], 2)
+    assert cfg.options == {"full_batch": True, "k": 0.5}
+    with pytest.raises(ConfigError):
+        config_from_args(p.parse_args(["--config", str(tmp_path / "missing.yaml")]))
+
+
+@pytest.mark.parametrize("model", ["sage", "gcn", "gat"])
+def test_chunked_inference_equals_whole_graph(tiny_store, model):
+    torch.manual_seed(0)
+    net = build_model(model, tiny_store.feature_dim, 8, tiny_store.num_classes, 2, dropout=0.5, heads=2)
+    x = torch.from_numpy(np.array(tiny_store.features))
+    whole = Block.full_graph(tiny_store.indptr, tiny_store.indices)
+    net.eval()
+    with torch.no_grad():
+        ref = net([whole, whole], x)
+    net.train()
+    got = full_inference(net, tiny_store.indptr, tiny_store.indices, tiny_store.features, chunk_size=37)
+    assert torch.allclose(got, ref, atol=1e-5)
+    assert net.training
+    accs = evaluate_full(net, tiny_store)
+    assert set(accs) == {"train_acc", "val_acc", "test_acc"}
+
+
+def test_accuracy_ignores_unlabelled():
+    logits = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 0.0]])
+    assert accuracy(logits, torch.tensor([0, 0, -1])) == 0.5
+    assert math.isnan(accuracy(logits, torch.tensor([-1, -1, -1])))
