@@ -260,6 +260,10 @@ class MiniBatchStrategy(Strategy):
 
     def sample_stage(self, mb: MiniBatch) -> MiniBatch:
         before = self._stats_totals(self.sample_stats)
+        if hasattr(self.sampler, "rng"):
+            # one stream per (rank, epoch, batch): a resumed run samples exactly what the
+            # uninterrupted one would have, however far ahead the pipeline had run
+            self.sampler.rng = np.random.default_rng([self.cfg.seed, world()[0], mb.epoch, mb.index])
         mb.blocks = self.sampler.sample_blocks(mb.targets)
         mb.counters["sampled_edges"] = float(sum(b.num_edges for b in mb.blocks))
         mb.counters["input_vertices"] = float(mb.blocks[0].num_src)
