@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from gnnflow.bench.sampler import add_graph_arguments, bench_graph, parse_fanouts
+from gnnflow.bench.sampler import add_graph_arguments, bench_graph, parse_fanouts, set_threads
 
 LAYERS = ("sage", "gcn-both", "gcn-right", "gat")
 
@@ -66,6 +66,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     from gnnflow.sampling import NeighborSampler
 
     kinds = [k.strip() for k in args.layers.split(",") if k.strip()]
+    threads = set_threads(args.threads)
     indptr, indices, desc = bench_graph(args)
     num_nodes = indptr.shape[0] - 1
     sampler = NeighborSampler(indptr, indices, parse_fanouts(args.fanouts), seed=args.seed)
@@ -77,41 +78,47 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     torch.manual_seed(args.seed)
     x = torch.randn(block.num_src, args.in_dim)
 
-    def step(module: torch.nn.Module, g: Any, grad: torch.Tensor | None) -> tuple[float, torch.Tensor]:
+    def step(module: torch.nn.Module, g: Any, grad: torch.Tensor | None) -> tuple[float, float, torch.Tensor]:
         inp = x.clone().requires_grad_()
         module.zero_grad(set_to_none=True)
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.process_time()
         out = module(g, inp)
         out.backward(grad if grad is not None else torch.ones_like(out))
-        return time.perf_counter() - t, out.detach()
+        return time.perf_counter() - t, time.process_time() - c, out.detach()
 
     results: dict[str, dict[str, float]] = {}
     for kind in kinds:
         ours, theirs = layer_pair(kind, args.in_dim, args.out_dim, args.heads)
-        _, ref = step(theirs, graph, None)  # warm-up both; also checks they agree
-        _, got = step(ours, block, None)
+        ref = step(theirs, graph, None)[2]  # warm-up both; also checks they agree
+        got = step(ours, block, None)[2]
         grad = torch.randn_like(ref)
-        t_ours, t_dgl = [], []
+        wall: dict[str, list[float]] = {"ours": [], "dgl": []}
+        cpu: dict[str, list[float]] = {"ours": [], "dgl": []}
         for r in range(args.repeats):
-            pair = ((ours, block, t_ours), (theirs, graph, t_dgl))
-            for module, g, times in (pair if r % 2 == 0 else pair[::-1]):
-                times.append(step(module, g, grad)[0])
-        mo, md = statistics.median(t_ours), statistics.median(t_dgl)
+            pair = (("ours", ours, block), ("dgl", theirs, graph))
+            for name, module, g in (pair if r % 2 == 0 else pair[::-1]):
+                w, c, _ = step(module, g, grad)
+                wall[name].append(w)
+                cpu[name].append(c)
+        mo, md = statistics.median(wall["ours"]), statistics.median(wall["dgl"])
         results[kind] = {
             "ours_ms": 1000 * mo,
             "dgl_ms": 1000 * md,
             "ratio": mo / md,
+            "cpu_ratio": statistics.median(cpu["ours"]) / statistics.median(cpu["dgl"]),
             "max_abs_diff": float((got - ref).abs().max()),
         }
     worst = max(results, key=lambda k: results[k]["ratio"])
     ratio = results[worst]["ratio"]
-    parts = ", ".join(f"{k} {v['ratio']:.2f} ({v['ours_ms']:.0f}/{v['dgl_ms']:.0f} ms)" for k, v in results.items())
+    parts = ", ".join(f"{k} {v['ratio']:.2f} ({v['ours_ms']:.0f}/{v['dgl_ms']:.0f} ms; cpu {v['cpu_ratio']:.2f})"
+                      for k, v in results.items())
     return {
         "ratio": ratio,
         "ratio_name": "max over layers of ours/DGL forward+backward time (lower is better)",
         "summary": (
             f"layers: max ratio {ratio:.2f} ({worst}); per layer ours/DGL: {parts}; block {block.num_dst} dst, "
-            f"{block.num_src} src, {block.num_edges} edges from {desc}; dims {args.in_dim}->{args.out_dim}"
+            f"{block.num_src} src, {block.num_edges} edges from {desc}; dims {args.in_dim}->{args.out_dim}, "
+            f"{threads} threads"
         ),
         "graph": desc,
         "layers": results,
@@ -119,5 +126,5 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "in_dim": args.in_dim,
         "out_dim": args.out_dim,
         "heads": args.heads,
-        "torch_threads": torch.get_num_threads(),
+        "torch_threads": threads,
     }

@@ -34,6 +34,18 @@ def add_graph_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--nodes", type=int, default=1_000_000, help="vertices of the generated graph")
     parser.add_argument("--avg-degree", type=float, default=12.0, help="mean in-degree of the generated graph")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--threads", type=int, default=0,
+                        help="intra-op threads for torch and DGL (0: leave the defaults)")
+
+
+def set_threads(threads: int) -> int:
+    """Use ``threads`` OpenMP threads in torch and DGL (when > 0); return the count in force."""
+    if threads > 0:
+        import dgl
+
+        torch.set_num_threads(threads)
+        dgl.utils.set_num_threads(threads)
+    return torch.get_num_threads()
 
 
 def bench_graph(args: argparse.Namespace) -> tuple[np.ndarray, np.ndarray, str]:
@@ -76,6 +88,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     from gnnflow.sampling import NeighborSampler
 
     fanouts = parse_fanouts(args.fanouts)
+    threads = set_threads(args.threads)
     indptr, indices, desc = bench_graph(args)
     num_nodes = indptr.shape[0] - 1
     if args.batch_size > num_nodes:
@@ -88,51 +101,59 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                for _ in range(args.batches)]
     torch.manual_seed(args.seed)
 
-    def time_dgl() -> tuple[float, int]:
-        t = time.perf_counter()
+    def time_dgl() -> tuple[float, float, int]:
+        t, c = time.perf_counter(), time.process_time()
         edges = 0
         for seeds in batches:
             _, _, blocks = theirs.sample_blocks(g, seeds)
             edges += sum(int(b.num_edges()) for b in blocks)
-        return time.perf_counter() - t, edges
+        return time.perf_counter() - t, time.process_time() - c, edges
 
-    def time_ours() -> tuple[float, int]:
-        t = time.perf_counter()
+    def time_ours() -> tuple[float, float, int]:
+        t, c = time.perf_counter(), time.process_time()
         edges = 0
         for seeds in batches:
             edges += sum(b.num_edges for b in ours.sample_blocks(seeds))
-        return time.perf_counter() - t, edges
+        return time.perf_counter() - t, time.process_time() - c, edges
 
     time_dgl()  # warm-up: DGL builds its formats, we allocate the relabel bitmap
     time_ours()
-    ours_eps, dgl_eps, ours_ms, dgl_ms = [], [], [], []
+    eps: dict[str, list[float]] = {"ours": [], "dgl": []}  # sampled edges per wall second
+    cpu_eps: dict[str, list[float]] = {"ours": [], "dgl": []}  # ... per process CPU second
+    ms: dict[str, list[float]] = {"ours": [], "dgl": []}
     for r in range(args.rounds):
-        order = (time_ours, time_dgl) if r % 2 == 0 else (time_dgl, time_ours)
-        for fn in order:
-            secs, edges = fn()
-            (ours_eps if fn is time_ours else dgl_eps).append(edges / secs)
-            (ours_ms if fn is time_ours else dgl_ms).append(1000 * secs / len(batches))
-    ours_med, dgl_med = statistics.median(ours_eps), statistics.median(dgl_eps)
-    ratio = ours_med / dgl_med
+        order = (("ours", time_ours), ("dgl", time_dgl))
+        for name, fn in order if r % 2 == 0 else order[::-1]:
+            wall, cpu, edges = fn()
+            eps[name].append(edges / wall)
+            cpu_eps[name].append(edges / max(cpu, 1e-9))
+            ms[name].append(1000 * wall / len(batches))
+    med = {k: statistics.median(v) for k, v in eps.items()}
+    cpu_med = {k: statistics.median(v) for k, v in cpu_eps.items()}
+    ms_med = {k: statistics.median(v) for k, v in ms.items()}
+    ratio = med["ours"] / med["dgl"]
+    cpu_ratio = cpu_med["ours"] / cpu_med["dgl"]
     return {
         "ratio": ratio,
         "ratio_name": "ours/DGL sampled edges per second (higher is better)",
         "summary": (
-            f"sampler: ratio {ratio:.2f} (ours {ours_med / 1e6:.2f} M edges/s, "
-            f"{statistics.median(ours_ms):.1f} ms/batch; DGL {dgl_med / 1e6:.2f} M edges/s, "
-            f"{statistics.median(dgl_ms):.1f} ms/batch) on {desc}, fanouts {args.fanouts}, "
-            f"batch {args.batch_size}, {args.rounds}x{args.batches} batches"
+            f"sampler: ratio {ratio:.2f} (ours {med['ours'] / 1e6:.2f} M edges/s, {ms_med['ours']:.1f} ms/batch; "
+            f"DGL {med['dgl'] / 1e6:.2f} M edges/s, {ms_med['dgl']:.1f} ms/batch; per CPU-second ratio "
+            f"{cpu_ratio:.2f}) on {desc}, fanouts {args.fanouts}, batch {args.batch_size}, "
+            f"{args.rounds}x{args.batches} batches, {threads} threads"
         ),
         "graph": desc,
         "num_nodes": int(num_nodes),
         "num_edges": int(indices.shape[0]),
         "fanouts": fanouts,
         "batch_size": args.batch_size,
-        "ours_edges_per_s": ours_med,
-        "dgl_edges_per_s": dgl_med,
-        "ours_ms_per_batch": statistics.median(ours_ms),
-        "dgl_ms_per_batch": statistics.median(dgl_ms),
-        "ours_edges_per_s_rounds": ours_eps,
-        "dgl_edges_per_s_rounds": dgl_eps,
-        "torch_threads": torch.get_num_threads(),
+        "ours_edges_per_s": med["ours"],
+        "dgl_edges_per_s": med["dgl"],
+        "ours_ms_per_batch": ms_med["ours"],
+        "dgl_ms_per_batch": ms_med["dgl"],
+        "cpu_ratio": cpu_ratio,
+        "ours_edges_per_cpu_s": cpu_med["ours"],
+        "dgl_edges_per_cpu_s": cpu_med["dgl"],
+        "rounds": {"ours_edges_per_s": eps["ours"], "dgl_edges_per_s": eps["dgl"]},
+        "torch_threads": threads,
     }
