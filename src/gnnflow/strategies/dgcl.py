@@ -40,19 +40,10 @@ from gnnflow.errors import ConfigError
 from gnnflow.results.schema import Recorder
 from gnnflow.sampling import Block
 from gnnflow.strategies.base import RankContext
+from gnnflow.strategies.common import seed_everything
 from gnnflow.strategies.fullbatch_base import FullBatchBase
 
 PLANNERS = ("spst", "p2p", "swap", "replication")
-
-
-def _seed(seed: int) -> None:
-    try:
-        from gnnflow.strategies.common import seed_everything
-    except ImportError:  # the shared helper is not there yet
-        torch.manual_seed(seed)
-        np.random.seed(seed)
-        return
-    seed_everything(seed)
 
 
 def _set_norm(model: torch.nn.Module, norm: str) -> None:
@@ -158,7 +149,7 @@ class PlannedHalo(FullBatchBase):
         self.set_local_data(torch.from_numpy(np.asarray(part.labels)),
                             *(torch.from_numpy(lookup(getattr(part, f"{k}_idx"))) for k in ("train", "val", "test")))
         num_classes = int(book.meta.get("num_classes") or 0) or self._num_classes(book)
-        _seed(self.cfg.seed)
+        seed_everything(self.cfg.seed)
         assert self.features is not None
         self.model = build_model(self.cfg.model, self.features.shape[1], self.cfg.hidden, num_classes,
                                  self.cfg.num_layers, self.cfg.dropout, self.cfg.heads).to(dev)
@@ -233,9 +224,9 @@ def full_graph_reference(graph: str, model: str, hidden: int, num_layers: int, n
 
     store = open_store(graph)
     x = torch.from_numpy(np.array(store.features, dtype=np.float32))
-    y = torch.from_numpy(np.asarray(store.labels, dtype=np.int64))
-    train = torch.from_numpy(np.asarray(store.train_idx, dtype=np.int64))
-    _seed(seed)
+    y = torch.from_numpy(np.array(store.labels, dtype=np.int64))
+    train = torch.from_numpy(np.array(store.train_idx, dtype=np.int64))
+    seed_everything(seed)
     net = build_model(model, x.shape[1], hidden, int(store.num_classes), num_layers, 0.0, heads)
     _set_norm(net, norm)
     block = Block.full_graph(store.indptr, store.indices)
