@@ -38,7 +38,7 @@ def _sample_rank(ctx, parts: int, targets: np.ndarray):
             "targets": local.numpy()}
 
 
-@pytest.mark.parametrize("parts", [2, 3])
+@pytest.mark.parametrize("parts", [2, pytest.param(3, marks=pytest.mark.slow)])
 def test_splits_union_is_one_valid_minibatch(parts):
     arrays, node_part = _graph(parts)
     indptr, indices = arrays["indptr"], arrays["indices"]
