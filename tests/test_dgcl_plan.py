@@ -146,3 +146,27 @@ def test_planner_rejects_mismatched_sizes() -> None:
     _, _, rel = _relation(parts=4)
     with pytest.raises(GnnflowError, match="4 parts but topology"):
         plan_spst(rel, load_topology("dgx1-v100"))
+
+
+def test_tables_relays_and_substages() -> None:
+    """Every rank ends with exactly its halo; a backward sub-stage never adds twice into one row (§6.2)."""
+    _, _, rel = _relation(parts=8, seed=5)
+    dgx = load_topology("dgx1-v100")
+    tables = plan_spst(rel, dgx, granularity=1).tables()
+    for t in tables:
+        assert np.array_equal(t.halo_ids, rel.halo_ids(t.rank))
+        assert np.intersect1d(t.relay_ids, np.r_[t.inner_ids, t.halo_ids]).size == 0
+        got = np.concatenate([tr.recv_ids for st in t.stages for tr in st])
+        assert np.array_equal(np.sort(got), np.union1d(t.halo_ids, t.relay_ids))  # each row arrives once
+        for st in t.stages:
+            labels = np.concatenate([tr.send_sub for tr in st]) if st else np.zeros(0)
+            assert labels.size == 0 or labels.max() < 7  # at most |D| - 1 sub-stages
+            for lvl in np.unique(labels):
+                rows = np.concatenate([tr.send_ids[tr.send_sub == lvl] for tr in st])
+                assert np.unique(rows).size == rows.size
+    # both ends of a transfer agree on ids and labels
+    for t in tables:
+        for k, st in enumerate(t.stages):
+            for tr in st:
+                peer = next(x for x in tables[tr.peer].stages[k] if x.peer == t.rank)
+                assert np.array_equal(tr.send_ids, peer.recv_ids) and np.array_equal(tr.send_sub, peer.recv_sub)

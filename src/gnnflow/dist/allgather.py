@@ -317,10 +317,10 @@ def graph_allgather(local_embeddings: torch.Tensor, table: RankTable | SwapTable
     """Rows ``[inner | halo]`` of this rank: its own embeddings plus the halo embeddings
     fetched according to ``table`` (DGCL §4.2).  Differentiable: the gradient of a
     halo row is sent back to (and summed at) its owner."""
-    if isinstance(table, SwapTable):
-        return _SwapAllgather.apply(local_embeddings, table, stats)
     if table.world_size == 1:
         return local_embeddings
+    if isinstance(table, SwapTable):
+        return _SwapAllgather.apply(local_embeddings, table, stats)
     return _PlannedAllgather.apply(local_embeddings, table, stats)
 
 
