@@ -64,7 +64,7 @@ def test_default_cache_size_scales_like_products():
 # ---------------------------------------------------------------------------- training
 def _cfg(graph, partition, strategy, workers, epochs, **kw):
     cfg = {"graph": str(graph), "partition": str(partition) if partition else None, "strategy": strategy,
-           "workers": workers, "epochs": epochs, "fanouts": [5, 5], "batch_size": 32, "hidden": 16, "seed": 0}
+           "workers": workers, "epochs": epochs, "fanouts": [5, 5], "batch_size": 16, "hidden": 16, "seed": 0}
     cfg.update(kw)
     return cfg
 
@@ -151,3 +151,23 @@ def test_accuracy_matches_single_process_at_equal_epochs(default_graph):
     assert acc_none <= acc_hec
     # §4.4: hit rates fall from the input layer upwards
     assert hec[-1]["extra"]["hec_hit_rate_l0"] > hec[-1]["extra"]["hec_hit_rate_l1"]
+
+
+def test_trace_has_one_row_per_iteration_and_layer(tiny_store, tiny_book, tmp_path):
+    import json
+
+    from gnnflow.bench.hec import train_rank
+    from gnnflow.dist.launch import run_ranks
+
+    cfg = _cfg(tiny_store.path, tiny_book.path, "hec", 2, 1, out=str(tmp_path / "run"),
+               options={"trace": "true", "nc": 5})
+    res = run_ranks(train_rank, 2, cfg, 1, timeout_s=120)
+    for rank in range(2):
+        rows = [json.loads(x) for x in (tmp_path / "run" / f"hec_trace_rank{rank}.jsonl").read_text().splitlines()]
+        extra = res[rank][0]["extra"]
+        assert [r["iteration"] for r in rows] == list(range(int(extra["num_batches"])))
+        for layer in range(2):
+            assert sum(r[f"l{layer}"]["pushed"] for r in rows) == extra[f"aep_pushed_l{layer}"]
+            assert sum(r[f"l{layer}"]["searched"] for r in rows) == extra[f"hec_searched_l{layer}"]
+            assert all(r[f"l{layer}"]["pushed"] <= 5 for r in rows)
+        assert rows[0]["l0"]["stored"] == 0  # d=1: nothing arrives in the first iteration

@@ -41,7 +41,9 @@ Options (``cfg.options``, defaults from §4.4): ``cs`` cache lines per layer
 ``round(0.408 * num_nodes)``; ``cs=0`` disables the cache and AEP, so every
 halo vertex is dropped and nothing is communicated but gradients), ``ls`` life-span in iterations (2), ``nc`` pushes per
 remote rank per layer (2000), ``d`` delay in iterations (1),
-``pipeline`` (false: the paper samples synchronously, §3.3).
+``pipeline`` (false: the paper samples synchronously, §3.3), ``trace`` (false:
+with a run directory, append every iteration's per-layer figures to
+``hec_trace_rank<r>.jsonl``; they are always kept in ``iteration_log``).
 
 Records per epoch and rank: the Fig. 3-4 breakdown ``x_mbc_s``, ``x_fwd_s``,
 ``x_bwd_s``, ``x_ared_s``; per layer ``x_hec_hit_rate_l{l}``,
@@ -73,7 +75,7 @@ from gnnflow.strategies.minibatch import MiniBatchStrategy, _bool
 
 #: DistGNN-MB §4.4: cs = 1M lines per layer for OGBN-Products (2,449,029 vertices).
 CS_PER_VERTEX = 1_000_000 / 2_449_029
-DEFAULTS: dict[str, Any] = {"ls": 2, "nc": 2000, "d": 1, "pipeline": False}
+DEFAULTS: dict[str, Any] = {"ls": 2, "nc": 2000, "d": 1, "pipeline": False, "trace": False}
 
 
 def default_cache_size(num_nodes: int) -> int:
@@ -165,6 +167,8 @@ class HistoricalEmbeddingCache(MiniBatchStrategy):
             if value < 0:
                 raise ConfigError(f"options.{key}: must be >= 0, got {value}")
         self.use_pipeline = _bool(opts.get("pipeline", False))
+        self.trace = _bool(opts.get("trace", False))
+        self.iteration_log: list[dict[str, Any]] = []
 
     # ---------------------------------------------------------------- preparation
     def prepare(self) -> None:
@@ -258,20 +262,46 @@ class HistoricalEmbeddingCache(MiniBatchStrategy):
             h_solid = self.net.layer_step(layer, block, h_src)
         return h_solid
 
+    def _layer_totals(self) -> list[tuple[int, ...]]:
+        return [(c.stats.searched, c.stats.hits, c.stats.stored, c.stats.purged, c.stats.evicted,
+                 p.pushed, p.bytes_sent, p.received) for c, p in zip(self.caches, self.aep.stats, strict=True)]
+
     def compute_loss(self, mb: MiniBatch, rec: Recorder) -> torch.Tensor:
         assert mb.labels is not None
+        before = self._layer_totals()
         with rec.timer("forward"):
             logits = self.forward(mb)
+        row: dict[str, Any] = {"epoch": mb.epoch, "iteration": mb.index, "clock": self.aep.clock}
+        for layer, (a, b) in enumerate(zip(before, self._layer_totals(), strict=True)):
+            searched, hits, stored, purged, evicted, pushed, sent, received = (y - x for x, y in zip(a, b, strict=True))
+            row[f"l{layer}"] = {"searched": searched, "hits": hits, "hit_rate": hits / searched if searched else None,
+                                "stored": stored, "purged": purged, "evicted": evicted, "pushed": pushed,
+                                "bytes_sent": sent, "received": received}
+        self.iteration_log.append(row)
         mb.meta["logits"] = logits.detach()
         return F.cross_entropy(logits, mb.labels, reduction="sum") / max(1, mb.meta["global_batch"])
 
     def run_epoch(self, epoch: int, rec: Recorder) -> float:
         self.aep.reset_stats()
         self.aep.begin_epoch(self.num_batches)
+        self.iteration_log = []
         loss = super().run_epoch(epoch, rec)
         self.aep.end_epoch()
         self._record(rec)
+        if self.trace and self.cfg.run_dir is not None:
+            self._write_trace()
         return loss
+
+    def _write_trace(self) -> None:
+        """Append this epoch's per-iteration, per-layer figures to ``<run>/hec_trace_rank<r>.jsonl``."""
+        import json
+
+        rank, _ = world()
+        path = self.cfg.run_dir / f"hec_trace_rank{rank}.jsonl"  # type: ignore[operator]
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "a") as fh:
+            for row in self.iteration_log:
+                fh.write(json.dumps(row, sort_keys=True) + "\n")
 
     def _record(self, rec: Recorder) -> None:
         t = rec.times
