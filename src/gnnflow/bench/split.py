@@ -2,19 +2,20 @@
 
 One run on ``--workers`` ranks (default 4) over the same graph and partition:
 
-* **strategies** — ``split``, ``data`` and ``p3`` each train ``--epochs``
-  epochs, alternating, ``--repeats`` times; per strategy the median epoch time
-  (slowest rank) and its sample / load / forward-backward breakdown (GSplit
-  Table 3's S, L, FB), and the machine-independent counts per epoch summed
-  over ranks: sampled edges (edges computed), features loaded, bytes shuffled
-  (bytes sent by all ranks).  Ratios are data-parallel / split and p3 / split.
+* **strategies** — ``split``, ``data`` and ``p3`` are prepared in the same
+  ranks and train ``--epochs`` epochs each, alternating epoch by epoch; per
+  strategy the median epoch time (slowest rank, first epoch left out) and its
+  sample / load / forward-backward breakdown (GSplit Table 3's S, L, FB), and
+  the machine-independent counts per epoch summed over ranks: sampled edges
+  (edges computed), features loaded, bytes shuffled (bytes sent by all ranks).
+  Ratios are data-parallel / split and p3 / split.
 * **redundancy** (GSplit Table 1) — for the same targets, edges computed and
   features loaded by ``P`` data-parallel micro-batches vs one mini-batch.
-* **partitions** (``--partitions``, GSplit Fig. 5) — split-parallel trained one
-  epoch on each partition method; the cross-split edge fraction and per-layer
-  load imbalance measured inside training.
-* **accuracy** (``--accuracy-epochs E``, GSplit Fig. 7) — test accuracy per
-  epoch of split vs data-parallel.
+* **partitions** (``--partitions``, GSplit Fig. 5) — split-parallel on each
+  partition method, in the same run; the cross-split edge fraction and
+  per-layer load imbalance measured inside training.
+* **accuracy** (``--evaluate``, GSplit Fig. 7) — test accuracy after every
+  epoch of every strategy.
 
 Inputs: ``--graph`` (a graph store; default: the default synthetic graph,
 generated into ``--workdir``) and ``--partition`` (a book with ``--workers``
@@ -45,13 +46,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--hidden", type=int, default=64)
     parser.add_argument("--fanouts", default="10,10", help="fanouts, input layer first (default 10,10)")
     parser.add_argument("--batch-size", type=int, default=512, help="targets per rank per iteration (default 512)")
-    parser.add_argument("--epochs", type=int, default=1, help="epochs per timed run (default 1)")
-    parser.add_argument("--repeats", type=int, default=3, help="alternating repeats; medians reported (default 3)")
+    parser.add_argument("--epochs", type=int, default=4,
+                        help="epochs per strategy, alternating; medians over epochs after the first (default 4)")
     parser.add_argument("--strategies", default=",".join(STRATEGIES), help="subset of split,data,p3")
     parser.add_argument("--partitions", default="presample,node,edge,random",
                         help="partition methods for the Fig. 5 sweep ('' to skip)")
-    parser.add_argument("--accuracy-epochs", type=int, default=0,
-                        help="also train split and data this many epochs and compare test accuracy")
+    parser.add_argument("--evaluate", action="store_true", help="test accuracy after every epoch (Fig. 7)")
+    parser.add_argument("--pipeline", action="store_true",
+                        help="run the asynchronous pipeline (default off: background threads of one strategy "
+                             "would run during another's timed epoch)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds per distributed run")
 
@@ -93,50 +96,68 @@ def partition_for(graph: Path, method: str, parts: int, workdir: Path, fanouts: 
 # ---------------------------------------------------------------------- running
 def train_rank(ctx: Any, cfg_dict: dict[str, Any], evaluate: bool) -> list[dict[str, Any]]:
     """Train ``cfg.epochs`` epochs of ``cfg.strategy`` on this rank; per-epoch records."""
+    return compare_rank(ctx, {"run": cfg_dict}, int(cfg_dict["epochs"]), evaluate)["run"]
+
+
+def compare_rank(ctx: Any, cfg_dicts: dict[str, dict[str, Any]], epochs: int,
+                 evaluate: bool) -> dict[str, list[dict[str, Any]]]:
+    """Prepare every configured strategy on this rank, then alternate their epochs.
+
+    Epoch ``e`` of every strategy runs before epoch ``e + 1`` of any, so machine
+    noise spreads evenly over them (side by side in one run).  Evaluation is
+    outside the timed epoch.
+    """
     from gnnflow.config import TrainConfig
     from gnnflow.results.schema import Recorder
     from gnnflow.strategies.base import strategy_class
 
-    cfg = TrainConfig.from_dict(cfg_dict)
-    s = strategy_class(cfg.strategy)(cfg, ctx)
-    s.prepare()
-    out = []
+    runs = {}
+    for name, d in cfg_dicts.items():
+        cfg = TrainConfig.from_dict(d)
+        s = strategy_class(cfg.strategy)(cfg, ctx)
+        s.prepare()
+        runs[name] = s
+    out: dict[str, list[dict[str, Any]]] = {name: [] for name in runs}
     try:
-        for epoch in range(cfg.epochs):
-            rec = Recorder()
-            t0 = time.perf_counter()
-            loss = s.run_epoch(epoch, rec)
-            wall = time.perf_counter() - t0
-            row = {"epoch": epoch, "loss": loss, "time_epoch": wall, "times": dict(rec.times),
-                   "counters": dict(rec.counters), "extra": dict(rec.extra)}
-            if evaluate:
-                row.update(s.evaluate())
-            out.append(row)
+        for epoch in range(epochs):
+            for name, s in runs.items():
+                rec = Recorder()
+                t0 = time.perf_counter()
+                loss = s.run_epoch(epoch, rec)
+                wall = time.perf_counter() - t0
+                row = {"epoch": epoch, "loss": loss, "time_epoch": wall, "times": dict(rec.times),
+                       "counters": dict(rec.counters), "extra": dict(rec.extra)}
+                if evaluate:
+                    row.update(s.evaluate())
+                out[name].append(row)
     finally:
-        close = getattr(s, "close", None)
-        if close is not None:
-            close()
+        for s in runs.values():
+            close = getattr(s, "close", None)
+            if close is not None:
+                close()
     return out
 
 
-def run_strategy(strategy: str, graph: Path, partition: Path, args: argparse.Namespace, epochs: int,
-                 evaluate: bool = False, **options: Any) -> list[list[dict[str, Any]]]:
-    """Per rank, per epoch records of one distributed run."""
+def make_cfg(strategy: str, graph: Path, partition: Path, args: argparse.Namespace, epochs: int,
+             **options: Any) -> dict[str, Any]:
     from gnnflow.config import TrainConfig
-    from gnnflow.dist.launch import run_ranks
 
     fanouts = [int(f) for f in str(args.fanouts).split(",")]
     cfg = TrainConfig(graph=str(graph), strategy=strategy, partition=str(partition), model=args.model,
                       hidden=args.hidden, num_layers=len(fanouts), fanouts=fanouts, batch_size=args.batch_size,
-                      epochs=epochs, seed=args.seed, workers=args.workers, options=dict(options))
-    return run_ranks(train_rank, args.workers, cfg.to_dict(), evaluate, timeout_s=args.timeout)
+                      epochs=epochs, seed=args.seed, workers=args.workers,
+                      options={"pipeline": bool(args.pipeline), **options})
+    return cfg.to_dict()
 
 
-def epoch_summary(per_rank: list[list[dict[str, Any]]]) -> dict[str, float]:
-    """One run's figures: slowest-rank times, counts summed over ranks, per epoch (mean over epochs)."""
-    epochs = len(per_rank[0])
+def epoch_summary(per_rank: list[list[dict[str, Any]]], skip_first: bool = True) -> dict[str, float]:
+    """Figures per epoch: slowest-rank times, counts summed over ranks; medians over epochs.
+
+    The first epoch (warm-up) is left out when there are more.
+    """
+    epochs = range(1 if skip_first and len(per_rank[0]) > 1 else 0, len(per_rank[0]))
     rows = []
-    for e in range(epochs):
+    for e in epochs:
         recs = [r[e] for r in per_rank]
         row = {"time_epoch": max(r["time_epoch"] for r in recs)}
         for t in ("sample", "load", "forward_backward", "allreduce", "wait"):
@@ -147,14 +168,12 @@ def epoch_summary(per_rank: list[list[dict[str, Any]]]) -> dict[str, float]:
         for k, v in recs[0]["extra"].items():
             row[f"x_{k}"] = float(v)
         rows.append(row)
-    return {k: float(np.mean([r[k] for r in rows])) for k in rows[0]}
-
-
-def _median_runs(runs: list[dict[str, float]]) -> dict[str, float]:
-    return {k: float(statistics.median(r[k] for r in runs)) for k in runs[0]}
+    return {k: float(statistics.median(r[k] for r in rows)) for k in rows[0]}
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
+    from gnnflow.dist.launch import run_ranks
+
     workdir = Path(args.workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     fanouts = [int(f) for f in str(args.fanouts).split(",")]
@@ -162,32 +181,39 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     unknown = sorted(set(strategies) - set(STRATEGIES))
     if unknown:
         raise ConfigError(f"--strategies: unknown {unknown}; choose from {', '.join(STRATEGIES)}")
+    if args.epochs < 1:
+        raise ConfigError(f"--epochs must be >= 1, got {args.epochs}")
     global_batch = args.batch_size * args.workers
     graph = Path(args.graph) if args.graph else default_graph(workdir)
     partition = Path(args.partition) if args.partition else partition_for(
         graph, "presample", args.workers, workdir, fanouts, global_batch, args.seed)
+    methods = [m for m in str(args.partitions).split(",") if m]
 
-    # -- strategies side by side, alternating
-    runs: dict[str, list[dict[str, float]]] = {s: [] for s in strategies}
-    for _ in range(args.repeats):
-        for s in strategies:
-            runs[s].append(epoch_summary(run_strategy(s, graph, partition, args, args.epochs)))
-    med = {s: _median_runs(r) for s, r in runs.items()}
+    # every strategy (and split on every partition) in one run, epochs alternating
+    cfgs = {s: make_cfg(s, graph, partition, args, args.epochs) for s in strategies}
+    for method in methods:
+        book = partition_for(graph, method, args.workers, workdir, fanouts, global_batch, args.seed)
+        if book.resolve() != partition.resolve() or "split" not in cfgs:
+            cfgs[f"split@{method}"] = make_cfg("split", graph, book, args, args.epochs)
+    t0 = time.perf_counter()
+    out = run_ranks(compare_rank, args.workers, cfgs, args.epochs, bool(args.evaluate), timeout_s=args.timeout)
+    wall = time.perf_counter() - t0
+    per_run = {name: [r[name] for r in out] for name in cfgs}
+    med = {s: epoch_summary(per_run[s]) for s in strategies}
     result: dict[str, Any] = {"workers": args.workers, "model": args.model, "fanouts": fanouts,
                               "batch_size_per_rank": args.batch_size, "global_batch": global_batch,
-                              "graph": str(graph), "partition": str(partition), "repeats": args.repeats,
-                              "strategies": med}
+                              "graph": str(graph), "partition": str(partition), "epochs": args.epochs,
+                              "wall_s": wall, "strategies": med}
 
     def ratio(a: str, key: str) -> float | None:
         if a in med and "split" in med and med["split"].get(key):
             return med[a][key] / med["split"][key]
         return None
 
-    ratios = {f"{a}/split_{key}": ratio(a, key) for a in ("data", "p3") if a in med
-              for key in ("time_epoch", "sampled_edges", "features_loaded", "bytes_sent")}
-    result["ratios"] = ratios
+    result["ratios"] = {f"{a}/split_{key}": ratio(a, key) for a in ("data", "p3") if a in med
+                        for key in ("time_epoch", "sampled_edges", "features_loaded", "bytes_sent")}
 
-    # -- GSplit Table 1 on the same targets
+    # GSplit Table 1 on the same targets (single process, counts only)
     from gnnflow.data.store import open_store
     from gnnflow.dist.redundancy import redundancy
 
@@ -200,27 +226,24 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                                   args.workers, iterations=8, seed=args.seed, node_part=book_part),
     }
 
-    # -- Fig. 5: split-parallel on each partition, measured inside training
+    # Fig. 5: split-parallel on each partition, measured inside training
     sweep = {}
-    for method in [m for m in str(args.partitions).split(",") if m]:
-        book = partition_for(graph, method, args.workers, workdir, fanouts, global_batch, args.seed)
-        s = epoch_summary(run_strategy("split", graph, book, args, 1))
+    for method in methods:
+        name = f"split@{method}" if f"split@{method}" in per_run else "split"
+        s = epoch_summary(per_run[name])
         sweep[method] = {k[2:]: v for k, v in s.items() if k.startswith("x_")}
         sweep[method]["time_epoch"] = s["time_epoch"]
         sweep[method]["bytes_sent"] = s["bytes_sent"]
     result["partitions"] = sweep
 
-    # -- Fig. 7: accuracy per epoch
-    if args.accuracy_epochs > 0:
-        acc = {}
-        for s in ("split", "data"):
-            per_rank = run_strategy(s, graph, partition, args, args.accuracy_epochs, evaluate=True)
-            acc[s] = [float(r["test_acc"]) for r in per_rank[0]]
-        result["accuracy"] = acc
-        result["final_test_acc_diff_points"] = 100.0 * abs(acc["split"][-1] - acc["data"][-1])
+    # Fig. 7: accuracy per epoch
+    if args.evaluate:
+        result["accuracy"] = {s: [float(r["test_acc"]) for r in per_run[s][0]] for s in strategies}
+        if "split" in strategies and "data" in strategies:
+            acc = result["accuracy"]
+            result["final_test_acc_diff_points"] = 100.0 * abs(acc["split"][-1] - acc["data"][-1])
 
-    head = ratios.get("data/split_features_loaded")
-    result["ratio"] = head
+    result["ratio"] = result["ratios"].get("data/split_features_loaded")
     result["ratio_name"] = "features loaded per epoch, data-parallel / split-parallel"
     result["summary"] = _summary(result)
     return result
@@ -228,7 +251,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 def _summary(r: dict[str, Any]) -> str:
     lines = [f"bench split: {r['workers']} ranks, {r['model']}, fanouts {r['fanouts']}, "
-             f"global batch {r['global_batch']}, median of {r['repeats']}"]
+             f"global batch {r['global_batch']}, medians over epochs 2..{r['epochs']} (alternating)"]
     lines.append(f"{'strategy':9s} {'epoch s':>8s} {'S':>6s} {'L':>6s} {'FB':>6s} {'edges':>10s} "
                  f"{'features':>10s} {'MB sent':>9s}")
     for s, m in r["strategies"].items():

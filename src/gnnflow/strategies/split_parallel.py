@@ -186,9 +186,11 @@ class SplitParallel(MiniBatchStrategy):
     # --------------------------------------------------------------- stages
     def schedule(self, first_epoch: int, epochs: int) -> Iterator[MiniBatch]:
         """One global mini-batch per iteration, drawn identically on every rank (GSplit §3)."""
+        from gnnflow.strategies.common import batch_generator
+
         n = self.train_ids.numel()
         for epoch in range(first_epoch, first_epoch + epochs):
-            gen = torch.Generator().manual_seed(self.cfg.seed * 1_000_003 + epoch)
+            gen = batch_generator(self.cfg.seed * 1_000_003 + epoch)
             perm = torch.randperm(n, generator=gen)
             for j, chunk in enumerate(torch.tensor_split(perm, self.num_batches)):
                 batch = self.train_ids[chunk]
