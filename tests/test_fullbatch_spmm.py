@@ -60,7 +60,7 @@ def _run(p: int, skip: tuple[int, ...] = (), permute: bool = True):
     return a, x, g, per_mode
 
 
-@pytest.mark.parametrize("p", [1, 2, 4])
+@pytest.mark.parametrize("p", [1, 2, pytest.param(4, marks=pytest.mark.slow)])
 def test_broadcast_spmm_forward_and_transposed_backward_are_exact(p):
     a, x, g, per_mode = _run(p)
     for y, gx, results in per_mode.values():  # overlap on and off

@@ -61,6 +61,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cache-input-spmm", action="store_true",
                         help="ours also keeps ÂX across epochs (exact; DGL recomputes it)")
     parser.add_argument("--timeline-out", help="write the per-round records of the P-rank runs here (JSON)")
+    parser.add_argument("--timeline-plot", help="draw the last epoch's SpMM rounds per rank (Fig. 6/8) to this PNG")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -217,6 +218,37 @@ def ranks_section(graph: str, args: argparse.Namespace) -> dict[str, Any]:
     return res
 
 
+def plot_timeline(timelines: dict[str, list[dict[str, Any]]], path: str) -> None:
+    """MG-GCN Fig. 6/8 style: per configuration and rank, the forward SpMM rounds of the last
+    epoch's first SpMM call as communication (yellow) and computation (blue) bars, labelled by round."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(len(timelines), 1, figsize=(9, 1.6 * len(timelines) + 0.6), squeeze=False)
+    for ax, (name, rows) in zip(axes[:, 0], timelines.items(), strict=True):
+        first = [dict(r) for r in rows if r["op"] == "forward" and r["call"] == min(x["call"] for x in rows)]
+        for r in first:  # to one clock (the ranks' epoch starts differ)
+            for k in ("comm_start", "comm_end", "compute_start", "compute_end"):
+                r[k] += r.get("t0", 0.0)
+        t0 = min(min(r["comm_start"], r["compute_start"]) for r in first)
+        ranks = sorted({r["rank"] for r in first})
+        for r in first:
+            y = ranks.index(r["rank"])
+            ax.barh(y + 0.2, r["comm_end"] - r["comm_start"], left=r["comm_start"] - t0, height=0.35,
+                    color="#f2c14e", edgecolor="black")
+            ax.barh(y - 0.2, r["compute_end"] - r["compute_start"], left=r["compute_start"] - t0, height=0.35,
+                    color="#4e79a7", edgecolor="black")
+            ax.text(r["compute_start"] - t0, y - 0.2, str(r["round"]), va="center", fontsize=7, color="white")
+        ax.set_yticks(range(len(ranks)), [f"rank {k}" for k in ranks])
+        ax.set_title(name, fontsize=9)
+    axes[-1, 0].set_xlabel("seconds (yellow: broadcast, blue: SpMM)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
 # ----------------------------------------------------------------------------------------------
 # memory: buffer reuse vs plain autograd
 # ----------------------------------------------------------------------------------------------
@@ -292,6 +324,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             ranks = ranks_section(skewed, args)
             if args.timeline_out:
                 Path(args.timeline_out).write_text(json.dumps({k: v["timeline"] for k, v in ranks.items()}))
+            if args.timeline_plot:
+                plot_timeline({k: v["timeline"] for k, v in ranks.items()}, args.timeline_plot)
             for v in ranks.values():
                 v.pop("timeline")
             result["ranks"] = ranks

@@ -464,9 +464,12 @@ class FullBatch(FullBatchBase):
         return loss
 
     def timeline(self) -> list[dict[str, Any]]:
-        """Per-round records of the last epoch (Fig. 6/8): op, round, comm/compute intervals."""
+        """Per-round records of the last epoch (Fig. 6/8): op, round, comm/compute intervals.
+
+        Times are relative to ``t0``, this rank's ``time.perf_counter()`` at the epoch start
+        (CLOCK_MONOTONIC, comparable between the ranks of one host)."""
         assert self.engine is not None
-        return [dict(r.__dict__, rank=self.ctx.rank) for r in self.engine.records]
+        return [dict(r.__dict__, rank=self.ctx.rank, t0=self.engine.t0) for r in self.engine.records]
 
 
 def seed_all(seed: int) -> None:
