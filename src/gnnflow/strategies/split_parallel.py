@@ -336,7 +336,8 @@ def _verify_rank(ctx: RankContext, arrays: dict[str, Any], node_part: np.ndarray
         "targets": sample.targets.numpy(),
         "logits": logits.detach().numpy(),
         "loss": float(loss_sum),
-        "grads": {n: p.grad.detach().clone() for n, p in model.named_parameters()} if ctx.rank == 0 else None,
+        # numpy, not tensors: torch would share tensor storage with this (exiting) process by fd
+        "grads": {n: p.grad.detach().numpy().copy() for n, p in model.named_parameters()} if ctx.rank == 0 else None,
         "edges": edges,
         "inputs": sample.input_ids.numpy(),
         "frontiers": [f.numpy() for f in sample.frontiers],
@@ -422,7 +423,7 @@ def verify(workers: int, model: str = "sage", seed: int = 0, **kw: Any) -> dict[
     ref_loss.backward()
 
     logits = torch.from_numpy(np.concatenate([r["logits"] for r in out]))
-    grads = out[0]["grads"]
+    grads = {n: torch.from_numpy(g) for n, g in out[0]["grads"].items()}
     abs_diff = {
         "loss": abs(out[0]["loss"] - float(ref_loss.detach())),
         "logits": float((logits - ref_logits.detach()).abs().max()),
