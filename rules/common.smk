@@ -17,8 +17,8 @@ FIGURES = {f["name"]: f for f in config.get("figures", [])}
 PRESAMPLED = {"node", "presample"}
 
 wildcard_constraints:
-    dataset="[A-Za-z0-9_.-]+",
-    partition="[A-Za-z0-9_.-]+",
+    dataset="[A-Za-z0-9_-]+",
+    partition="[A-Za-z0-9_-]+",
     run="[A-Za-z0-9_.-]+",
     bench="[A-Za-z0-9_.-]+",
     figure="[A-Za-z0-9_.-]+",
@@ -99,13 +99,20 @@ def figure_runs(wildcards):
     return run_records([n for n, r in RUNS.items() if not sweeps or r.sweep in sweeps])
 
 
+def used_partitions():
+    return sorted({(r.dataset, r.partition) for r in RUNS.values() if r.partition})
+
+
 def partition_reports():
-    used = sorted({(r.dataset, r.partition) for r in RUNS.values() if r.partition})
-    return [f"{R}/data/{d}/partitions/{p}.report.json" for d, p in used]
+    return [f"{R}/data/{d}/partitions/{p}.report.json" for d, p in used_partitions()]
 
 
 def all_targets():
-    targets = [f"{R}/table.parquet", f"{R}/summary.csv"]
+    """Everything a run keeps: graph stores and partition books are products too, so
+    deleting one re-creates it and re-runs exactly what depends on it."""
+    targets = [graph_dir(d) for d in sorted({r.dataset for r in RUNS.values()})]
+    targets += [f"{R}/data/{d}/partitions/{p}" for d, p in used_partitions()]
+    targets += [f"{R}/table.parquet", f"{R}/summary.csv"]
     targets += [f"{R}/figures/{name}.png" for name in FIGURES]
     targets += [f"{R}/bench/{name}.json" for name in BENCHMARKS]
     targets += partition_reports()

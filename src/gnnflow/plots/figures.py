@@ -18,6 +18,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from gnnflow.errors import GnnflowError  # noqa: E402
 from gnnflow.results.table import per_run_epoch  # noqa: E402
@@ -61,6 +62,7 @@ def accuracy_per_epoch(table: pd.DataFrame, spec: dict[str, Any]) -> plt.Figure:
         g = g.sort_values("epoch")
         ax.plot(g["epoch"] + 1, 100 * g["test_acc"], marker="o", label=_label(g.iloc[0]))
     ax.set_xlabel("epoch")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_ylabel("test accuracy (%)")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
