@@ -65,3 +65,22 @@ def test_partition_must_match_split_group(graph_and_books):
     graph, books = graph_and_books
     with pytest.raises((ConfigError, DistributedError), match="split group has 2 ranks"):
         _run(graph, books[4], "split", 2)
+
+
+def test_p3_trains_exactly_like_data_parallel(graph_and_books):
+    """P3* only re-lays out the first layer: same samples, same losses and accuracies as data parallelism."""
+    from gnnflow.bench.split import compare_rank
+
+    graph, books = graph_and_books
+    cfgs = {s: TrainConfig(graph=str(graph), strategy=s, partition=str(books[2]), hidden=16, num_layers=2,
+                           fanouts=[5, 5], batch_size=64, epochs=2, workers=2, dropout=0.0,
+                           options={"pipeline": False}).to_dict() for s in ("data", "p3")}
+    out = run_ranks(compare_rank, 2, cfgs, 2, True, timeout_s=120)
+    for rank in out:
+        for d, p in zip(rank["data"], rank["p3"], strict=True):
+            assert abs(d["loss"] - p["loss"]) < 1e-5
+            assert abs(d["test_acc"] - p["test_acc"]) < 1e-9
+            assert d["counters"]["sampled_edges"] == p["counters"]["sampled_edges"]
+    # no input row crosses the network in P3*; partial activations do
+    assert sum(r["p3"][0]["counters"]["bytes_sent"] for r in out) > 0
+    assert all(r["p3"][0]["counters"].get("remote_features", 0.0) == 0.0 for r in out)
