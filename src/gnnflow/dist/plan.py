@@ -109,33 +109,23 @@ def comm_relation(indptr: np.ndarray, indices: np.ndarray, node_part: np.ndarray
         raise ConfigError(f"comm_relation supports at most 62 parts, got {p}")
     indptr = np.asarray(indptr, dtype=np.int64)
     src = np.asarray(indices, dtype=np.int64)
-    # narrow part ids keep the per-edge arrays small (memory bandwidth dominates here)
-    part = node_part.astype(np.int8 if p <= 127 else np.int64, copy=False)
-    dst_part = np.repeat(part, np.diff(indptr))
-    cross = part[src] != dst_part
-    # one scatter into an [N, P] flag matrix, then pack each row into a 64-bit mask
+    # One scatter of every edge into an [N, P] flag matrix ("u is needed by part p"), packed
+    # to a 64-bit mask per vertex; the owner's own bit is cleared afterwards.  Narrow part ids
+    # keep the per-edge arrays small: memory bandwidth dominates here.
+    narrow = node_part.astype(np.int8 if p <= 127 else np.int64, copy=False)
+    key = src * p
+    key += np.repeat(narrow, np.diff(indptr))
     flags = np.zeros(n * p, dtype=bool)
-    key = src[cross] * p
-    key += dst_part[cross]
     flags[key] = True
-    del key, cross, dst_part
+    del key
     packed = np.packbits(flags.reshape(n, p), axis=1, bitorder="little")
+    del flags
     wide = np.zeros((n, 8), dtype=np.uint8)
     wide[:, : packed.shape[1]] = packed
-    mask = wide.view("<i8").reshape(n)
-    part = part.astype(np.int64)
+    part = node_part.astype(np.int64)
+    mask = wide.view("<i8").reshape(n) & ~np.left_shift(np.int64(1), part)
     vertices = np.flatnonzero(mask).astype(np.int64)
     return CommRelation(p, node_part, vertices, part[vertices], mask[vertices])
-
-
-def relation_from_book(partdir: str) -> CommRelation:
-    """The relation of a partition book (reads ``node_part`` and the graph store's CSR)."""
-    from gnnflow.data.store import open_store
-    from gnnflow.partition.book import PartitionBook
-
-    book = PartitionBook.open(partdir)
-    store = open_store(book.graph_path)
-    return comm_relation(store.indptr, store.indices, np.asarray(book.node_part), book.num_parts)
 
 
 # --------------------------------------------------------------------------- cost model
