@@ -214,6 +214,13 @@ def csr_tiles(row: np.ndarray, col_block: np.ndarray, col_local: np.ndarray, val
     return tiles
 
 
+def collective_device() -> torch.device:
+    """Where tensors must live for a collective: CUDA under NCCL, else CPU (gloo, or no group)."""
+    if dist.is_available() and dist.is_initialized() and dist.get_backend() == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
 def tile_entries(tile: CsrTile) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(row, column, value) of every entry of ``tile``."""
     ptr = tile.indptr.cpu().numpy()
@@ -232,8 +239,10 @@ def transpose_tiles(tiles: list[CsrTile], block_rows: list[int], rank: int) -> l
         row, col, val = tile_entries(t)
         send_idx.append(torch.from_numpy(np.stack([col, row], 1)))
         send_val.append(torch.from_numpy(val))
-    recv_idx = alltoallv(send_idx)
-    recv_val = alltoallv(send_val, recv_counts=[int(r.shape[0]) for r in recv_idx])
+    dev = collective_device()
+    recv_idx = [r.cpu() for r in alltoallv([t.to(dev) for t in send_idx])]
+    recv_val = [r.cpu() for r in alltoallv([t.to(dev) for t in send_val],
+                                           recv_counts=[int(r.shape[0]) for r in recv_idx])]
     new_row = np.concatenate([r[:, 0].numpy() for r in recv_idx])
     new_col = np.concatenate([r[:, 1].numpy() for r in recv_idx])
     new_block = np.concatenate([np.full(r.shape[0], i, dtype=np.int64) for i, r in enumerate(recv_idx)])

@@ -45,7 +45,13 @@ import torch.nn.functional as F
 
 from gnnflow.config import TrainConfig
 from gnnflow.dist.comm import world
-from gnnflow.dist.spmm import BroadcastSpMM, csr_tiles, dist_spmm, transpose_tiles
+from gnnflow.dist.spmm import (
+    BroadcastSpMM,
+    collective_device,
+    csr_tiles,
+    dist_spmm,
+    transpose_tiles,
+)
 from gnnflow.errors import ConfigError
 from gnnflow.results.schema import Recorder
 from gnnflow.strategies.base import RankContext
@@ -156,8 +162,9 @@ def global_out_degrees(sources: np.ndarray, num_nodes: int) -> np.ndarray:
     """Out-degree of every vertex: each rank counts its in-edges' sources, summed by all-reduce."""
     counts = torch.from_numpy(np.bincount(sources, minlength=num_nodes).astype(np.float64))
     if world()[1] > 1:
+        counts = counts.to(collective_device())
         dist.all_reduce(counts)
-    return counts.numpy()
+    return counts.cpu().numpy()
 
 
 def normalized_entries(rows: RankRows, rp: RowPartition, norm: str, out_deg: np.ndarray,
@@ -287,8 +294,9 @@ class FullBatch(FullBatchBase):
         nnz = torch.zeros(p, p, dtype=torch.float64)
         nnz[rank] = torch.tensor(self.engine.tile_nnz(), dtype=torch.float64)
         if p > 1:
+            nnz = nnz.to(collective_device())
             dist.all_reduce(nnz)
-        self.tile_nnz = nnz.numpy()
+        self.tile_nnz = nnz.cpu().numpy()
         self.balance = tile_balance(self.tile_nnz)
         self.global_ids = rows.global_ids
         self.features = torch.from_numpy(rows.features).to(dev)
@@ -493,6 +501,7 @@ def _acc_grad(p: torch.nn.Parameter, g: torch.Tensor) -> None:
 def _global_max(v: int) -> int:
     t = torch.tensor([v], dtype=torch.int64)
     if world()[1] > 1:
+        t = t.to(collective_device())
         dist.all_reduce(t, op=dist.ReduceOp.MAX)
     return int(t.item())
 

@@ -59,8 +59,10 @@ def all_reduce_sum(values: list[float] | torch.Tensor) -> torch.Tensor:
     t = torch.as_tensor(values, dtype=torch.float64).clone()
     _, size = world()
     if size > 1:
+        if dist.get_backend() == "nccl":  # NCCL reduces CUDA tensors only
+            t = t.to(torch.device("cuda", torch.cuda.current_device()))
         dist.all_reduce(t)
-    return t
+    return t.cpu()
 
 
 class FullBatchBase(Strategy):
