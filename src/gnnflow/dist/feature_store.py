@@ -94,6 +94,8 @@ class FeatureStore:
             raise ConfigError(
                 f"part {part.part_id} has no features.npy; re-partition with features (gnnflow partition)"
             )
+        if isinstance(table, torch.Tensor) and table.dtype != torch.float32:
+            table = table.float()  # every rank must send the same dtype in the exchange
         if table.shape[0] != part.num_inner:
             raise ConfigError(f"feature store: {table.shape[0]} local rows for {part.num_inner} inner vertices")
         self.table: Rows = table

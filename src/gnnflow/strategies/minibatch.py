@@ -65,7 +65,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from gnnflow.dist.comm import CommStats, all_reduce_gradients, world
+from gnnflow.dist.comm import CommStats, all_reduce_gradients, alltoallv, world
 from gnnflow.dist.dist_sampler import make_sampler, presample_input_counts
 from gnnflow.dist.feature_store import FeatureStore
 from gnnflow.dist.pipeline import DEFAULT_CAPACITIES, MiniBatch, MiniBatchPipeline, stage_groups
@@ -383,12 +383,42 @@ class MiniBatchStrategy(Strategy):
 
     # ---------------------------------------------------------------- evaluation
     def part_block(self) -> Block:
-        """The part's local graph as one block: dst = inner vertices, src = inner + halo."""
+        """The part's local graph as one block: dst = inner vertices, src = inner + halo.
+
+        Carries the WHOLE graph's degrees (``dst_deg`` = in-degree, ``src_deg`` =
+        out-degree, as :func:`gnnflow.strategies.common.full_inference` uses), so a
+        normalised layer (GCN) computes what single-process inference computes.
+        A source's out-degree is spread over the parts that hold its out-edges:
+        partial counts go to the owner (one exchange), which sums them; halo
+        vertices' totals come back through the feature store (one more).  Collective.
+        """
+        if getattr(self, "_part_block", None) is not None:
+            return self._part_block
         part = self.part
-        return Block(dst_ids=torch.from_numpy(np.asarray(part.inner_ids, dtype=np.int64)),
-                     src_ids=torch.from_numpy(np.asarray(part.local_to_global, dtype=np.int64)),
-                     indptr=torch.from_numpy(np.asarray(part.indptr, dtype=np.int64)),
-                     indices=torch.from_numpy(np.asarray(part.indices, dtype=np.int64)))
+        n_in = part.num_inner
+        partial = np.bincount(np.asarray(part.indices, dtype=np.int64), minlength=part.num_local).astype(np.int64)
+        out_inner = partial[:n_in].copy()
+        if world()[1] > 1:
+            halo = np.asarray(part.halo_ids, dtype=np.int64)
+            owner = np.asarray(self.node_part[halo], dtype=np.int64)
+            order = np.argsort(owner, kind="stable")
+            counts = np.bincount(owner, minlength=world()[1]).tolist()
+            ids_in = alltoallv(list(torch.split(torch.from_numpy(halo[order]), counts)))
+            deg_in = alltoallv(list(torch.split(torch.from_numpy(partial[n_in:][order]), counts)),
+                               recv_counts=[int(t.numel()) for t in ids_in])
+            ids_all, deg_all = torch.cat(ids_in).numpy(), torch.cat(deg_in).numpy()
+            np.add.at(out_inner, part.global_to_local(ids_all), deg_all)
+        # degrees travel as float32 rows (exact below 2**24)
+        store = FeatureStore(part, self.node_part, local_rows=torch.from_numpy(out_inner).float().unsqueeze(1))
+        halo_deg = store.fetch(part.halo_ids)[:, 0]
+        src_deg = torch.cat([torch.from_numpy(out_inner).float(), halo_deg])
+        self._part_block = Block(dst_ids=torch.from_numpy(np.asarray(part.inner_ids, dtype=np.int64)),
+                                 src_ids=torch.from_numpy(np.asarray(part.local_to_global, dtype=np.int64)),
+                                 indptr=torch.from_numpy(np.asarray(part.indptr, dtype=np.int64)),
+                                 indices=torch.from_numpy(np.asarray(part.indices, dtype=np.int64)),
+                                 src_deg=src_deg,
+                                 dst_deg=torch.from_numpy(np.diff(np.asarray(part.indptr))).float())
+        return self._part_block
 
     @torch.no_grad()
     def inference(self) -> torch.Tensor:
