@@ -106,7 +106,7 @@ def full_inference(model: GNN, indptr: np.ndarray, indices: np.ndarray, features
     was_training = model.training
     model.eval()
     try:
-        h = torch.from_numpy(np.array(features, dtype=np.float32))
+        h: torch.Tensor | None = None  # layer 0 reads feature rows chunk by chunk (memory-mapped)
         chunks = [torch.arange(s, min(s + chunk_size, num_nodes)) for s in range(0, num_nodes, chunk_size)]
         blocks: list[Block] = []
         for chunk in chunks:
@@ -114,10 +114,14 @@ def full_inference(model: GNN, indptr: np.ndarray, indices: np.ndarray, features
             block.src_deg, block.dst_deg = out_deg[block.src_ids], in_deg[block.dst_ids]
             blocks.append(block)
         for i in range(model.num_layers):
-            outs = [model.layer_step(i, b.to(device), h[b.src_ids].to(device)).cpu() for b in blocks]
+            outs = []
+            for b in blocks:
+                h_src = feature_rows(features, b.src_ids) if h is None else h[b.src_ids]
+                outs.append(model.layer_step(i, b.to(device), h_src.to(device)).cpu())
             h = torch.cat(outs)
     finally:
         model.train(was_training)
+    assert h is not None
     return h
 
 
