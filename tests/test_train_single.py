@@ -158,3 +158,41 @@ def test_accuracy_ignores_unlabelled():
     logits = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 0.0]])
     assert accuracy(logits, torch.tensor([0, 0, -1])) == 0.5
     assert math.isnan(accuracy(logits, torch.tensor([-1, -1, -1])))
+
+
+def test_sigkill_then_resume_equals_uninterrupted(tiny_store, tmp_path, one_thread):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    args = ["train", "--strategy", "single", "--graph", str(tiny_store.path), "--fanouts", "4,3",
+            "--batch-size", "16", "--epochs", "12", "--dropout", "0.5", "--seed", "5"]
+    killed = tmp_path / "killed"
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    proc = subprocess.Popen([sys.executable, "-m", "gnnflow.cli", *args, "--out", str(killed)], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and proc.poll() is None:
+            ckpt = killed / "ckpt" / "last.pt"
+            if ckpt.exists() and load_checkpoint(killed)["epoch"] >= 1:
+                break
+            time.sleep(0.05)
+        if proc.poll() is not None:
+            pytest.skip("training finished before it could be killed")
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    epoch_at_kill = load_checkpoint(killed)["epoch"]
+    assert epoch_at_kill < 11
+    assert cli_main([*args, "--out", str(killed), "--resume"]) == 0
+    whole = tmp_path / "whole"
+    assert cli_main([*args, "--out", str(whole)]) == 0
+    assert _same(_records(whole), _records(killed))
+    a, b = load_checkpoint(whole), load_checkpoint(killed)
+    for k, v in a["ranks"][0]["model"].items():
+        assert torch.equal(v, b["ranks"][0]["model"][k]), k

@@ -108,7 +108,14 @@ def _truncate_records(run_dir: Path, last_epoch: int) -> None:
     path = run_dir / "records.jsonl"
     if not path.exists():
         return
-    keep = [line for line in path.read_text().splitlines() if line.strip() and json.loads(line)["epoch"] <= last_epoch]
+    keep = []
+    for line in path.read_text().splitlines():
+        try:
+            row = json.loads(line)
+        except ValueError:  # a line cut short by the crash
+            continue
+        if row["epoch"] <= last_epoch:
+            keep.append(line)
     with atomic_file(path) as tmp:
         tmp.write_text("".join(line + "\n" for line in keep))
 
