@@ -66,3 +66,13 @@ def test_splits_union_is_one_valid_minibatch(parts):
                 nbrs = indices[indptr[v]:indptr[v + 1]]
                 assert len(got) == min(FANOUTS[layer], len(nbrs)) == len(np.unique(got))
                 assert np.isin(got, nbrs).all()
+
+
+def test_a_rank_without_targets_still_takes_part():
+    arrays, node_part = _graph(2)
+    owned_by_0 = np.flatnonzero(node_part == 0)
+    targets = np.intersect1d(owned_by_0, arrays["train_idx"])[:10]
+    out = run_ranks(_sample_rank, 2, 2, targets, timeout_s=60)
+    assert len(out[1]["targets"]) == 0
+    assert all(all(r["replay"]) for r in out)
+    assert len(out[1]["frontiers"][0]) > 0, "rank 1 computes the vertices it owns in rank 0's neighbourhood"
