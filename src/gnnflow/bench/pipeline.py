@@ -40,7 +40,7 @@ DEFAULT_GRAPH = "synthetic default (generated into a temporary directory)"
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--graph", help="graph store (default: the default synthetic graph, generated)")
-    parser.add_argument("--partition", help="partition book (needed for --workers > 1)")
+    parser.add_argument("--partition", help="partition book for --workers > 1 (default: METIS, generated)")
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--model", default="sage")
     parser.add_argument("--hidden", default="auto", help="hidden size, or 'auto' (compute ~ sampling)")
@@ -134,6 +134,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
     with tempfile.TemporaryDirectory(prefix="gnnflow-bench-pipeline-") as tmp:
         graph = args.graph or _default_graph(tmp)
+        if args.workers > 1 and not args.partition:
+            from gnnflow.partition.api import partition_graph
+
+            args.partition = str(partition_graph(graph, "metis", args.workers, f"{tmp}/book", seed=args.seed).path)
         calibration = {}
         if str(args.hidden) == "auto":
             for h in (32, 128, 512):
