@@ -137,6 +137,11 @@ class LayerShuffle:
     recv_counts: list[int]
     gather_index: torch.Tensor
 
+    def to(self, device: torch.device | str) -> LayerShuffle:
+        """A copy with the index tensors on ``device`` (where the activations live)."""
+        return LayerShuffle([i.to(device) for i in self.send_index], list(self.recv_counts),
+                            self.gather_index.to(device))
+
     @property
     def rows_sent(self) -> int:
         return int(sum(int(i.numel()) for i in self.send_index))
@@ -159,6 +164,10 @@ class SplitSample:
     blocks: list[Block]
     frontiers: list[torch.Tensor]
     shuffle: list[LayerShuffle]
+
+    def to(self, device: torch.device | str) -> SplitSample:
+        """Blocks and shuffle index on ``device`` (frontier ids stay where they are: they index host data)."""
+        return SplitSample([b.to(device) for b in self.blocks], self.frontiers, [s.to(device) for s in self.shuffle])
 
     @property
     def input_ids(self) -> torch.Tensor:

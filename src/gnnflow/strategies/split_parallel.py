@@ -220,6 +220,12 @@ class SplitParallel(MiniBatchStrategy):
         mb.counters["features_loaded"] = mb.counters.get("features_loaded", 0) + float(sample.input_ids.numel())
         return mb
 
+    def device_stage(self, mb: MiniBatch) -> MiniBatch:
+        if self.ctx.device.type != "cpu":
+            mb.meta["split"] = mb.meta["split"].to(self.ctx.device)
+            mb.blocks = mb.meta["split"].blocks
+        return super().device_stage(mb)
+
     def compute_loss(self, mb: MiniBatch, rec: Recorder) -> torch.Tensor:
         assert self.net is not None and mb.blocks is not None and mb.labels is not None
         split = mb.meta["split"]
@@ -295,7 +301,7 @@ class SplitParallel(MiniBatchStrategy):
             mine = torch.from_numpy(every[j * chunk:(j + 1) * chunk])
             sample = sp_sample(full, mine)
             x = self.graph.load_features(sample.input_ids).to(self.ctx.device)
-            sample = SplitSample([b.to(self.ctx.device) for b in sample.blocks], sample.frontiers, sample.shuffle)
+            sample = sample.to(self.ctx.device)
             pred[j * chunk:j * chunk + mine.numel()] = sp_forward(net, sample, x, group=self.shuffle_group).argmax(1).cpu().numpy()
         net.train(was)
         labels = self.graph.load_labels(torch.from_numpy(every)).numpy()
