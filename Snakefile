@@ -24,7 +24,12 @@ include: "rules/bench.smk"
 include: "rules/results.smk"
 
 
-localrules: all, prepare, aggregate, summarize, plot
+localrules:
+    all,
+    prepare,
+    aggregate,
+    summarize,
+    plot,
 
 
 rule all:

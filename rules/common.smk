@@ -80,6 +80,14 @@ def train_inputs(wildcards):
     return inputs
 
 
+def runs_matching(predicate):
+    """A wildcard regex matching exactly the names of the runs the predicate selects."""
+    import re
+
+    names = [re.escape(name) for name, run in RUNS.items() if predicate(run)]
+    return "|".join(names) if names else "(?!)"
+
+
 def launch_prefix(wildcards, resources):
     """srun inside a SLURM job (resource mpi set by the cluster profile), local launcher otherwise."""
     mpi = resources.get("mpi", "") if hasattr(resources, "get") else getattr(resources, "mpi", "")

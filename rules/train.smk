@@ -1,6 +1,7 @@
 # Training: one job per run of the config's sweeps (strategy x dataset x model x
-# workers x parameters).  Ranks start with srun inside a SLURM job (the cluster
-# profile sets resource mpi="srun") and with gnnflow's local launcher otherwise.
+# workers x parameters).  Multi-rank runs (rule train_ranks) start their ranks
+# with srun inside a SLURM job (the cluster profile sets resource mpi="srun") and
+# with gnnflow's local launcher otherwise; single-rank runs are plain jobs.
 
 
 rule train:
@@ -10,18 +11,30 @@ rule train:
         f"{R}/runs/{{run}}/records.jsonl",
     log:
         f"{R}/logs/train/{{run}}.log",
+    wildcard_constraints:
+        run=runs_matching(lambda run: run.workers == 1),
     params:
         args=lambda w: RUNS[w.run].train_args(),
         partition=lambda w, input: f"--partition {input.partition}" if "partition" in input.keys() else "",
         launch=launch_prefix,
         out=lambda w: f"{R}/runs/{w.run}",
-    threads: lambda w: RUNS[w.run].workers
+    threads: 1
     resources:
-        tasks=lambda w: RUNS[w.run].workers,
-        mem_mb=lambda w: 4000 * RUNS[w.run].workers,
+        tasks=1,
+        mem_mb=4000,
         runtime=60,
     conda:
         "../envs/gnnflow.yaml"
     shell:
         "{params.launch} gnnflow train --graph {input.graph} {params.partition} {params.args} "
         "--out {params.out} > {log} 2>&1"
+
+
+use rule train as train_ranks with:
+    wildcard_constraints:
+        run=runs_matching(lambda run: run.workers > 1),
+    threads: lambda w: RUNS[w.run].workers
+    resources:
+        tasks=lambda w: RUNS[w.run].workers,
+        mem_mb=lambda w: 4000 * RUNS[w.run].workers,
+        runtime=60,
