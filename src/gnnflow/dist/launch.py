@@ -25,6 +25,7 @@ import datetime
 import logging
 import multiprocessing as mp
 import os
+import pickle
 import signal
 import socket
 import subprocess
@@ -93,6 +94,13 @@ def init_group(rank: int, world_size: int, addr: str, port: int, backend: str, t
     )
 
 
+def _send(conn: Any, message: tuple[Any, ...]) -> None:
+    """Send with plain pickle: tensors are copied, not shared through file
+    descriptors (torch's multiprocessing pickler), which would race with this
+    process exiting before the parent has received them."""
+    conn.send_bytes(pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL))
+
+
 def _rank_entry(
     rank: int,
     world_size: int,
@@ -113,9 +121,9 @@ def _rank_entry(
         init_group(rank, world_size, addr, port, backend, timeout_s)
         ctx = RankContext(rank=rank, world_size=world_size, device=_device_for(rank, device))
         result = fn(ctx, *args)
-        conn.send(("ok", result))
+        _send(conn, ("ok", result))
     except BaseException as exc:  # report any failure to the parent, then exit non-zero
-        conn.send(("error", f"{type(exc).__name__}: {exc}", traceback.format_exc()))
+        _send(conn, ("error", f"{type(exc).__name__}: {exc}", traceback.format_exc()))
         conn.close()
         os._exit(1)
     finally:
@@ -196,7 +204,7 @@ def _spawn_local(fn: Callable[..., Any], world_size: int, args: tuple[Any, ...],
                 if obj in pending:
                     r = pending[obj]
                     try:
-                        msg = obj.recv()
+                        msg = pickle.loads(obj.recv_bytes())
                     except EOFError:
                         msg = None
                     del pending[obj]
