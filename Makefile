@@ -3,6 +3,8 @@
 
 export DGLBACKEND := pytorch
 export OUTDATED_IGNORE := 1
+# Rules call `gnnflow`; make the environment's commands visible without activation.
+export PATH := $(CURDIR)/.venv/bin:$(PATH)
 
 # Install, then run the default workflow end to end on the embedded synthetic dataset.
 run:
