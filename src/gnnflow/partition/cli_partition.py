@@ -21,6 +21,7 @@ METHOD_OPTIONS = {
     "idx_bits": "idx_bits",
     "library": "library",
     "launcher": "launcher",
+    "permute": "permute",
 }
 
 
@@ -34,6 +35,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--constraints", default=None,
                         help="metis/two-level balance constraints, comma-separated among vertices,train,val,"
                              "test,edges,ntype:<name> (default vertices,train,edges)")
+    parser.add_argument("--no-permute", dest="permute", action="store_false", default=None,
+                        help="permute-1d: natural-order row blocks (no random permutation; MG-GCN Fig. 7 baseline)")
     parser.add_argument("--levels", default=None, help="two-level: MxW machines x workers per machine")
     parser.add_argument("--presample", default=None, help="node/presample: .npz from `gnnflow presample`")
     parser.add_argument("--weights", default=None, choices=["layer-edges", "appearances"],

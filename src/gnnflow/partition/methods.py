@@ -109,14 +109,18 @@ def tile_nnz(indptr: np.ndarray, indices: np.ndarray, node_part: np.ndarray, num
     return np.bincount(key, minlength=num_parts * num_parts).reshape(num_parts, num_parts)
 
 
-def permute_1d_partition(store: Any, num_parts: int, seed: int = 0) -> Assignment:
+def permute_1d_partition(store: Any, num_parts: int, seed: int = 0, permute: bool = True) -> Assignment:
     """MG-GCN §5.2: random permutation, then P contiguous row blocks of the permuted order.
 
     ``perm[i]`` is the original id of the vertex at permuted position ``i``; block
-    ``p`` holds positions ``row_bounds[p]:row_bounds[p+1]``.
+    ``p`` holds positions ``row_bounds[p]:row_bounds[p+1]``.  ``permute=False``
+    keeps the natural order (the "without permutation" arm of MG-GCN Fig. 7).
     """
     n = store.num_nodes
-    perm = np.random.default_rng(seed).permutation(n).astype(np.int64)
+    if permute:
+        perm = np.random.default_rng(seed).permutation(n).astype(np.int64)
+    else:
+        perm = np.arange(n, dtype=np.int64)
     bounds = (np.arange(num_parts + 1, dtype=np.int64) * n) // num_parts
     block_of_pos = np.repeat(np.arange(num_parts, dtype=np.int32), np.diff(bounds))
     node_part = np.empty(n, dtype=np.int32)
