@@ -196,3 +196,18 @@ def test_sigkill_then_resume_equals_uninterrupted(tiny_store, tmp_path, one_thre
     a, b = load_checkpoint(whole), load_checkpoint(killed)
     for k, v in a["ranks"][0]["model"].items():
         assert torch.equal(v, b["ranks"][0]["model"][k]), k
+
+
+def test_option_shortcut_flags_map_to_options():
+    import argparse
+
+    from gnnflow.strategies import cli_train
+
+    parser = argparse.ArgumentParser()
+    cli_train.add_arguments(parser)
+    args = parser.parse_args(["--graph", "g", "--no-pipeline", "--replicate-structure",
+                              "--split-group-size", "2", "--no-overlap", "--planner", "spst",
+                              "--opt", "cs=0"])
+    assert cli_train.config_from_args(args).options == {
+        "cs": 0, "pipeline": False, "replicate_structure": True, "split_group_size": 2,
+        "overlap": False, "planner": "spst"}

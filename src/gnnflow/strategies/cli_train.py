@@ -39,6 +39,17 @@ _FLAGS: dict[str, tuple[str, type, str]] = {
 }
 
 
+# Shortcut flags for strategy options named in the papers' ablations: flag ->
+# (option key, value when the flag is given, or a type for flags taking a value).
+_OPTION_FLAGS: dict[str, tuple[str, Any, str]] = {
+    "--no-pipeline": ("pipeline", False, "data/split/hec: run the mini-batch stages inline (DistDGLv2 §4.2.1 off)"),
+    "--replicate-structure": ("replicate_structure", True, "data: keep the whole CSR on every rank (no remote sampling)"),
+    "--split-group-size": ("split_group_size", int, "split: k ranks per split group, data-parallel across groups (GSplit §6.4)"),
+    "--no-overlap": ("overlap", False, "fullbatch: broadcast and SpMM in sequence (MG-GCN §4.3 off)"),
+    "--planner": ("planner", str, "dgcl: p2p, spst, swap or replication"),
+}
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", default=None, help="YAML file with TrainConfig keys")
     for flag, (dest, typ, help_text) in _FLAGS.items():
@@ -47,6 +58,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--resume", action="store_true", default=None, help="continue from RUNDIR/ckpt/last.pt")
     parser.add_argument("--opt", action="append", default=[], metavar="KEY=VALUE",
                         help="strategy option (repeatable), value parsed as YAML")
+    for flag, (key, value, help_text) in _OPTION_FLAGS.items():
+        dest = "optflag_" + key
+        if isinstance(value, type):
+            parser.add_argument(flag, dest=dest, type=value, default=None, help=f"{help_text} (= --opt {key}=...)")
+        else:
+            parser.add_argument(flag, dest=dest, action="store_const", const=value, default=None,
+                                help=f"{help_text} (= --opt {key}={str(value).lower()})")
 
 
 def parse_option(text: str) -> tuple[str, Any]:
@@ -100,6 +118,10 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
         data["resume"] = True
     options = dict(data.get("options") or {})
     options.update(parse_option(o) for o in args.opt)
+    for key, *_ in _OPTION_FLAGS.values():
+        value = getattr(args, "optflag_" + key, None)
+        if value is not None:
+            options[key] = value
     data["options"] = options
     if not data.get("graph"):
         raise ConfigError("--graph is required (or `graph:` in --config)")
