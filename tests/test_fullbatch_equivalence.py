@@ -83,8 +83,8 @@ def test_accuracy_matches_single_process_on_default_graph(tmp_path):
     dist = run_ranks(_train_rank, 2, cfg.to_dict(), epochs, timeout_s=300)
     # single-process full-batch GCN with gnnflow.nn, same settings
     seed_all(0)
-    x = torch.from_numpy(np.asarray(store.features))
-    y = torch.from_numpy(np.asarray(store.labels))
+    x = torch.from_numpy(np.array(store.features))
+    y = torch.from_numpy(np.array(store.labels))
     model = build_model("gcn", x.shape[1], 64, int(store.meta["num_classes"]), 2, 0.5, 1)
     opt = torch.optim.Adam(model.parameters(), lr=0.01)
     blocks = [Block.full_graph(*with_self_loops(store.indptr, store.indices))] * 2

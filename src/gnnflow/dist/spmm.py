@@ -43,6 +43,7 @@ import os
 import subprocess
 import tempfile
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -169,11 +170,16 @@ class CsrTile:
 
     def sparse(self) -> torch.Tensor:
         if self._sparse is None:
-            self._sparse = torch.sparse_csr_tensor(
-                self.indptr, self.indices.long(), self.values, size=(self.num_rows, self.num_cols),
-                check_invariants=False,
-            )
+            with warnings.catch_warnings():  # "sparse CSR support is in beta"
+                warnings.simplefilter("ignore", UserWarning)
+                self._sparse = self._make_sparse()
         return self._sparse
+
+    def _make_sparse(self) -> torch.Tensor:
+        return torch.sparse_csr_tensor(
+            self.indptr, self.indices.long(), self.values, size=(self.num_rows, self.num_cols),
+            check_invariants=False,
+        )
 
     def mm_into(self, x: torch.Tensor, out: torch.Tensor, accumulate: bool) -> None:
         """``out (+)= self @ x``; ``x`` is ``[num_cols, d]`` and ``out`` ``[num_rows, d]``, row-major."""
