@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import numpy as np
-import pytest
 import torch
 
 from gnnflow.dist.allgather import AllgatherStats, close_swap, graph_allgather, rank_tables
@@ -24,7 +23,12 @@ def _values(n: int, dim: int, seed: int) -> torch.Tensor:
     return torch.from_numpy(np.random.default_rng(seed).integers(-8, 9, (n, dim)).astype(np.float32))
 
 
-def _check_rank(ctx, tables, num_nodes: int, dim: int) -> dict:
+def _check_rank(ctx, configs, num_nodes: int, dim: int) -> list[dict]:
+    """Run every table set of ``configs`` in one process group (one spawn per test)."""
+    return [_check_one(ctx, tables, num_nodes, dim) for tables in configs]
+
+
+def _check_one(ctx, tables, num_nodes: int, dim: int) -> dict:
     table = tables[ctx.rank]
     x_all = _values(num_nodes, dim, 1)
     local = x_all[torch.from_numpy(table.inner_ids)].clone().requires_grad_(True)
@@ -41,26 +45,30 @@ def _check_rank(ctx, tables, num_nodes: int, dim: int) -> dict:
     bwd_ok = torch.equal(local.grad, expected[torch.from_numpy(table.inner_ids)])
     if table.planner == "swap":
         close_swap(table)
-    return {"fwd": fwd_ok, "bwd": bwd_ok, "relay": int(getattr(table, "relay_ids", np.zeros(0)).shape[0]),
-            "sent": stats.comm.total_sent}
+    return {"planner": table.planner, "fwd": fwd_ok, "bwd": bwd_ok,
+            "relay": int(getattr(table, "relay_ids", np.zeros(0)).shape[0]), "sent": stats.comm.total_sent}
 
 
-def _run(planner: str, topo, parts: int, seed: int = 0) -> list[dict]:
+def _run(cases: list[tuple[str, object]], parts: int, seed: int = 0) -> list[list[dict]]:
+    """``cases`` = [(planner, topology)]; returns per case the per-rank results."""
     indptr, indices, node_part = _graph(parts, seed)
     rel = comm_relation(indptr, indices, node_part, parts)
-    tables = rank_tables(planner, rel, topo, seed=seed, granularity=3)
-    return run_ranks(_check_rank, parts, tables, node_part.shape[0], 4, timeout_s=30)
+    configs = [rank_tables(planner, rel, topo, seed=seed, granularity=3) for planner, topo in cases]
+    per_rank = run_ranks(_check_rank, parts, configs, node_part.shape[0], 4, timeout_s=60)
+    return [[per_rank[r][c] for r in range(parts)] for c in range(len(cases))]
 
 
-@pytest.mark.parametrize("planner", ["p2p", "spst", "swap"])
-@pytest.mark.parametrize("parts", [2, 4])
-def test_allgather_exact(planner: str, parts: int) -> None:
-    topo = load_topology("dgx1-v100").restrict(parts)
-    res = _run(planner, topo, parts)
-    assert all(r["fwd"] for r in res), res
-    assert all(r["bwd"] for r in res), res
-    if planner != "swap":
-        assert sum(r["sent"] for r in res) > 0
+def _assert_exact(results: list[list[dict]]) -> None:
+    for res in results:
+        assert all(r["fwd"] for r in res), res
+        assert all(r["bwd"] for r in res), res
+        if res[0]["planner"] != "swap":
+            assert sum(r["sent"] for r in res) > 0
+
+
+def test_allgather_exact_2_ranks() -> None:
+    topo = load_topology("dgx1-v100").restrict(2)
+    _assert_exact(_run([("p2p", topo), ("spst", topo), ("swap", topo)], 2))
 
 
 def _relay_topology():
@@ -69,18 +77,18 @@ def _relay_topology():
                              "connections": [["a", "b", 10], ["b", "c", 10]]}, "line3")
 
 
-@pytest.mark.parametrize("planner", ["p2p", "spst"])
-def test_allgather_relays_through_third_rank(planner: str) -> None:
-    res = _run(planner, _relay_topology(), 3, seed=1)
-    assert all(r["fwd"] and r["bwd"] for r in res), res
-    assert res[1]["relay"] > 0  # rank 1 forwards vertices it does not need itself
+def test_allgather_relays_through_third_rank() -> None:
+    res = _run([("p2p", _relay_topology()), ("spst", _relay_topology())], 3, seed=1)
+    _assert_exact(res)
+    assert all(case[1]["relay"] > 0 for case in res)  # rank 1 forwards vertices it does not need itself
 
 
-def test_spst_relays_around_slow_link_4_ranks() -> None:
-    topo = compile_topology({
+def test_allgather_exact_4_ranks_and_slow_link() -> None:
+    dgx = load_topology("dgx1-v100").restrict(4)
+    slow = compile_topology({
         "name": "slow-pair", "devices": ["a", "b", "c", "d"],
         "connections": [["a", "b", 50], ["a", "c", 50], ["b", "c", 50], ["b", "d", 50],
                         ["c", "d", 50], ["a", "d", 0.05]]}, "slow-pair")
-    res = _run("spst", topo, 4, seed=2)
-    assert all(r["fwd"] and r["bwd"] for r in res), res
-    assert res[1]["relay"] + res[2]["relay"] > 0
+    res = _run([("p2p", dgx), ("spst", dgx), ("swap", dgx), ("spst", slow)], 4, seed=2)
+    _assert_exact(res)
+    assert res[3][1]["relay"] + res[3][2]["relay"] > 0  # SPST routes around the slow a-d link
