@@ -44,6 +44,7 @@ not used (2 cores), and there is no network between "machines".
 from __future__ import annotations
 
 import atexit
+import contextlib
 import ctypes
 import json
 import os
@@ -221,7 +222,12 @@ class DistDGLBaseline(Strategy):
                           DGL_NUM_SERVER="1", DGL_NUM_CLIENT=str(size), DGL_GROUP_ID="0",
                           DGL_IP_CONFIG=ip_config, DGL_CONF_PATH=confs[rank])
         _patch_dgl_for_one_host(rank)
-        dgld.initialize(ip_config)
+        # DGL prints connection progress to stdout; keep stdout clean for `--json` consumers
+        with contextlib.redirect_stdout(sys.stderr):
+            dgld.initialize(ip_config)
+        atexit.unregister(dgld.exit_client)
+        atexit.register(self._exit_dgl)  # LIFO: runs before _stop_servers on rank 0
+        self._dgl_active = True
         self.g = dgld.DistGraph(f"gnnflow_m{rank}", part_config=confs[rank])
         pb = self.g.get_partition_book()
         self.split_nids = {s: dgld.node_split(self.g.ndata[f"{s}_mask"], pb, force_even=True) for s in SPLITS}
@@ -298,13 +304,18 @@ class DistDGLBaseline(Strategy):
 
     def close(self) -> None:
         """Leave DGL's distributed module (rank 0's client shuts the servers down), reap servers."""
+        self._exit_dgl()
+        self._stop_servers()
+
+    def _exit_dgl(self) -> None:
         import dgl.distributed as dgld
 
-        if getattr(self, "g", None) is not None:
+        if getattr(self, "_dgl_active", False):
+            self._dgl_active = False
             self.g = None
             self.loader = None
-            dgld.exit_client()
-        self._stop_servers()
+            with contextlib.redirect_stdout(sys.stderr):
+                dgld.exit_client()
 
     def _stop_servers(self) -> None:
         deadline = time.monotonic() + 10
