@@ -44,12 +44,12 @@ rule plot:
     log:
         f"{R}/logs/plot/{{figure}}.log",
     params:
-        spec=lambda w: json.dumps(FIGURES[w.figure]),
+        spec=lambda w: json.dumps({k: v for k, v in FIGURES[w.figure].items() if k != "caption"}),
         caption=lambda w: FIGURES[w.figure].get("caption", ""),
         source=config.get("title", "config/config.yaml"),
         runs=lambda w: " ".join(os.path.dirname(p) for p in figure_runs(w)),
     conda:
         "../envs/gnnflow.yaml"
     shell:
-        "gnnflow plot --table {input.table} --spec '{params.spec}' --bench-dir {R}/bench "
+        "gnnflow plot --table {input.table} --spec {params.spec:q} --bench-dir {R}/bench "
         "--out {output} > {log} 2>&1"

@@ -197,8 +197,9 @@ def expand_runs(config: dict[str, Any]) -> list[RunSpec]:
             options = dict(zip(opt_keys, combo[len(keys):], strict=True))
             strategy, dataset = values.pop("strategy"), values.pop("dataset")
             partition = values.pop("partition", None)
-            if strategy not in PARTITIONED:
+            if strategy not in PARTITIONED:  # single-process: no partition, one rank
                 partition = None
+                values["workers"] = 1
             if values.get("fanouts") is None:
                 values.pop("fanouts", None)
             if "eval_every" in merged:
