@@ -56,7 +56,9 @@ def plan_report(indptr: np.ndarray, indices: np.ndarray, node_part: np.ndarray, 
         plan = fn()
         tables = plan.tables()
         cost = plan.cost(feature_dim)
+        split = plan.split_cost(feature_dim)
         out["planners"][name] = {
+            "direct_link_ms": split["direct_s"] * 1e3, "routed_link_ms": split["routed_s"] * 1e3,
             "modeled_ms": cost * 1e3, "epoch_ms": cost * 1e3 * per_epoch, "stages": plan.num_stages,
             "stage_ms": (plan.stage_times(feature_dim) * 1e3).tolist(), "link_volume": plan.volume(),
             "relayed": int(sum(t.relay_ids.shape[0] for t in tables)),
@@ -102,7 +104,8 @@ def main(args: argparse.Namespace) -> int:
         ep = "n/a" if r["epoch_ms"] is None else f"{r['epoch_ms']:.4f}"
         notes = ""
         if "relayed" in r:
-            notes = f"moved {r['link_volume']}, relayed {r['relayed']}, tables {r['table_bytes'] / 1e6:.2f} MB"
+            notes = (f"moved {r['link_volume']}, relayed {r['relayed']}, tables {r['table_bytes'] / 1e6:.2f} MB, "
+                     f"direct/routed links alone {r['direct_link_ms']:.4f}/{r['routed_link_ms']:.4f} ms")
         elif "replication_factor" in r:
             notes = f"replication factor {r['replication_factor']:.3f} ({rep['layers']}-hop)"
         elif r.get("note"):

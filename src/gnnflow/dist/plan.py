@@ -254,6 +254,21 @@ class Plan:
         """Modeled time (s) of one graph_allgather of ``feature_dim``-wide embeddings (§5.1)."""
         return stage_cost(self.hop_loads(), self.topology.hop_bw, feature_dim * dtype_bytes)[0]
 
+    def split_cost(self, feature_dim: int = 128, dtype_bytes: int = 4) -> dict[str, float]:
+        """Modeled time (s) of the direct-link traffic alone and of the routed traffic alone.
+
+        DGCL Table 7 measures NVLink and the other links separately "after removing the
+        communication on the other links"; here direct links are device-to-device
+        connections (NVLink) and routed ones cross switches/CPUs/NICs.
+        """
+        direct = np.zeros(self.topology.num_hops, dtype=bool)
+        for (a, b), route in self.topology.routes.items():
+            if len(route) == 2:
+                direct[self.topology.links[(a, b)]] = True
+        loads = self.hop_loads()
+        bw, vb = self.topology.hop_bw, feature_dim * dtype_bytes
+        return {"direct_s": stage_cost(loads * direct, bw, vb)[0], "routed_s": stage_cost(loads * ~direct, bw, vb)[0]}
+
     def stage_times(self, feature_dim: int = 128, dtype_bytes: int = 4) -> np.ndarray:
         return stage_cost(self.hop_loads(), self.topology.hop_bw, feature_dim * dtype_bytes)[1]
 
