@@ -1,13 +1,17 @@
 """``gnnflow bench pipeline``: epoch time with vs without the async mini-batch pipeline (DistDGLv2 §4.2.1).
 
 One data-parallel trainer (default 1 rank on the whole graph; ``--workers P``
-uses a partition book) runs four kinds of epoch on the same batches, in the
-same process, alternating and repeated (medians reported):
+uses a partition book, METIS by default) runs five kinds of epoch, in the same
+process, each as a block of consecutive epochs on a pipeline made for that
+block (so the pipelined mode never prefetches while another is timed), blocks
+repeated ``--repeats`` times (medians reported):
 
-* ``inline``     — ``--no-pipeline``: schedule, sample, copy features, train, in turn;
-* ``pipeline``   — the same stages in the sampling/worker threads, ahead of training;
-* ``sampling``   — the stages alone (batches produced and dropped): sampling-only time;
-* ``compute``    — forward/backward/all-reduce/step alone on pre-made batches: compute-only time.
+* ``inline``          — ``--no-pipeline``: schedule, sample, copy features, train, in turn;
+* ``pipeline``        — the same stages in the sampling/worker threads, ahead of training;
+* ``sampling``        — the stages alone in the pipeline's threads (batches produced and
+  dropped): sampling-only time as the pipeline runs it;
+* ``sampling_inline`` — the stages alone, inline (for reference);
+* ``compute``         — forward/backward/all-reduce/step alone on pre-made batches: compute-only time.
 
 Headline ratio ``pipeline / inline`` (issue 5 goal <= 0.8 where sampling and
 compute take comparable time); also ``pipeline / max(sampling, compute)``
@@ -52,55 +56,54 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0)
 
 
-def _cfg(args: Any, graph: str, hidden: int, pipeline: bool) -> dict[str, Any]:
+def _cfg(args: Any, graph: str, hidden: int) -> dict[str, Any]:
     fanouts = [int(f) for f in str(args.fanouts).split(",")]
     return dict(graph=graph, strategy="data", partition=args.partition, model=args.model, hidden=hidden,
                 num_layers=len(fanouts), fanouts=fanouts, batch_size=args.batch_size, epochs=10_000,
-                seed=args.seed, workers=args.workers, dropout=0.0, options={"pipeline": pipeline})
+                seed=args.seed, workers=args.workers, dropout=0.0)
 
 
 def measure(ctx: Any, cfg_dict: dict[str, Any], modes: list[str], epochs: int, threads: int) -> dict[str, Any]:
-    """Seconds per epoch of each mode (list per mode), measured in this rank, modes interleaved."""
+    """Seconds (wall and process CPU) per epoch of each mode, measured on this rank.
+
+    Each mode runs as one block of ``1 + epochs`` consecutive epochs (the first
+    is warm-up and not timed) on a pipeline made for that block alone, so the
+    pipelined mode runs across its own epoch boundaries as in training but can
+    never prefetch while another mode is being timed.
+    """
     from gnnflow.config import TrainConfig
+    from gnnflow.dist.pipeline import MiniBatchPipeline
     from gnnflow.results.schema import Recorder
     from gnnflow.strategies.data_parallel import DataParallel
 
     torch.set_num_threads(threads)
     out: dict[str, list[float]] = {m: [] for m in modes}
     cpu: dict[str, list[float]] = {m: [] for m in modes}
-    strategies = {}
-    rounds = 1 + epochs  # the first round warms up (allocations, first touch of the memory map)
-    for pipe in (True, False):
-        # cfg.epochs = the epochs run_epoch will see, so a pipeline's schedule ends when its last
-        # epoch does (no thread is left inside a collective)
-        cfg = TrainConfig.from_dict(dict(cfg_dict, epochs=rounds, options={"pipeline": pipe}))
-        s = DataParallel(cfg, ctx)
-        s.prepare()
-        strategies[pipe] = s
-    s_inline = strategies[False]
-    done = {True: 0, False: 0}
-    for rnd in range(rounds):
-        for m in modes:
+    s = DataParallel(TrainConfig.from_dict(cfg_dict), ctx)
+    s.prepare()
+    first = 0
+    for m in modes:
+        asynchronous = m in ("pipeline", "sampling")  # sampling_inline/inline/compute: inline stages
+        pipe = MiniBatchPipeline(s.schedule(first, 1 + epochs), s.sample_stage, s.load_stage, s.device_stage,
+                                 asynchronous=asynchronous, capacities=s.capacities).start()
+        rec = Recorder()
+        for e in range(1 + epochs):
+            batches = [pipe.get() for _ in range(s.num_batches)] if m == "compute" else None
             t, c = time.perf_counter(), time.process_time()
-            if m in ("pipeline", "inline"):
-                pipe = m == "pipeline"
-                strategies[pipe].run_epoch(done[pipe], Recorder())
-                done[pipe] += 1
-            elif m == "sampling":
-                for _mb in s_inline.make_pipeline(1000 + rnd, 1):
-                    pass
-            elif m == "compute":
-                batches = list(s_inline.make_pipeline(1000 + rnd, 1))
-                rec = Recorder()
-                t, c = time.perf_counter(), time.process_time()
-                for mb in batches:
-                    s_inline.train_batch(mb, rec)
-            if rnd > 0:
+            for j in range(s.num_batches):
+                if m == "compute":
+                    s.train_batch(batches[j], rec)  # type: ignore[index]
+                    continue
+                mb = pipe.get()
+                if m in ("pipeline", "inline"):
+                    s.train_batch(mb, rec)
+            if e > 0:
                 out[m].append(time.perf_counter() - t)
                 cpu[m].append(time.process_time() - c)
-    for s in strategies.values():
-        s.close()
-    return {"times": out, "cpu": cpu, "num_batches": s_inline.num_batches}
+        pipe.close()
+        first += 1 + epochs
+    s.close()
+    return {"times": out, "cpu": cpu, "num_batches": s.num_batches}
 
 
 def _load() -> str:
@@ -121,7 +124,7 @@ def _default_graph(tmp: str) -> str:
 def _run(args: Any, graph: str, hidden: int, modes: list[str], epochs: int) -> dict[str, Any]:
     from gnnflow.dist.launch import run_ranks
 
-    res = run_ranks(measure, args.workers, _cfg(args, graph, hidden, True), modes, epochs, args.threads,
+    res = run_ranks(measure, args.workers, _cfg(args, graph, hidden), modes, epochs, args.threads,
                     timeout_s=600, threads_per_rank=args.threads)
     # the slowest rank sets the epoch time
     times = {m: [max(r["times"][m][i] for r in res) for i in range(len(res[0]["times"][m]))] for m in modes}
@@ -146,7 +149,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             hidden = min(calibration, key=lambda h: abs(calibration[h]["compute"] / calibration[h]["sampling"] - 1))
         else:
             hidden = int(args.hidden)
-        modes = ["inline", "pipeline", "sampling", "compute"]
+        modes = ["inline", "pipeline", "sampling", "sampling_inline", "compute"]
         runs = [_run(args, graph, hidden, modes, args.epochs) for _ in range(args.repeats)]
     times = {m: [x for r in runs for x in r[m]] for m in modes}
     cpu = {m: [x for r in runs for x in r["cpu"][m]] for m in modes}
