@@ -47,20 +47,27 @@ def _per_run(table: pd.DataFrame) -> pd.DataFrame:
     per_epoch = per_run_epoch(table)
     numeric = per_epoch.select_dtypes("number").columns.difference(["epoch"])
     firsts = [c for c in per_epoch if c not in numeric and c != "run_id"]
-    agg = {c: "median" for c in numeric}
-    agg.update({c: "first" for c in firsts})
-    runs = per_epoch.groupby("run_id", sort=False).agg(agg).reset_index()
-    runs["label"] = runs.apply(_label, axis=1)
-    return runs
+    grouped = per_epoch.groupby("run_id", sort=False)
+    runs = pd.concat([grouped[list(numeric)].median(), grouped[firsts].first()], axis=1).reset_index()
+    return runs.assign(label=_unique_labels(runs))
+
+
+def _unique_labels(runs: pd.DataFrame) -> pd.Series:
+    """Short labels, or the run id where two runs would share one."""
+    labels = runs.apply(_label, axis=1)
+    clash = labels.duplicated(keep=False)
+    return labels.where(~clash, runs["run_id"].astype(str))
 
 
 def accuracy_per_epoch(table: pd.DataFrame, spec: dict[str, Any]) -> plt.Figure:
     """Test accuracy per epoch, one line per run (GSplit Fig. 7)."""
     per_epoch = per_run_epoch(table)
     fig, ax = plt.subplots(figsize=(6, 4))
-    for _run_id, g in per_epoch.groupby("run_id", sort=False):
-        g = g.sort_values("epoch")
-        ax.plot(g["epoch"] + 1, 100 * g["test_acc"], marker="o", label=_label(g.iloc[0]))
+    firsts = per_epoch.groupby("run_id", sort=False).first().reset_index()
+    labels = dict(zip(firsts["run_id"], _unique_labels(firsts), strict=True))
+    for run_id, g in per_epoch.groupby("run_id", sort=False):
+        g = g.sort_values("epoch").dropna(subset=["test_acc"])
+        ax.plot(g["epoch"] + 1, 100 * g["test_acc"], marker="o", ms=3, label=labels[run_id])
     ax.set_xlabel("epoch")
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_ylabel("test accuracy (%)")

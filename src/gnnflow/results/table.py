@@ -49,10 +49,7 @@ def load_runs(run_dirs: list[str | Path]) -> pd.DataFrame:
         if not rec.exists():
             raise GnnflowError(f"{rec}: no run records here (did the training run finish?)")
         frame = read_records([rec])
-        for key, value in _config_columns(rec.parent).items():
-            frame[key] = value
-        frame["run_dir"] = str(rec.parent)
-        frames.append(frame)
+        frames.append(frame.assign(**_config_columns(rec.parent), run_dir=str(rec.parent)))
     if not frames:
         raise GnnflowError("no run directories given")
     return pd.concat(frames, ignore_index=True, sort=False)
@@ -89,12 +86,11 @@ def per_run_epoch(table: pd.DataFrame) -> pd.DataFrame:
     acc_cols = [c for c in ("loss", "train_acc", "val_acc", "test_acc") if c in table]
     numeric = table.select_dtypes("number").columns
     count_cols = [c for c in numeric if c not in time_cols + acc_cols + keys + ["rank", "seed"]]
-    agg: dict[str, str] = {c: "max" for c in time_cols}
-    agg.update({c: "mean" for c in acc_cols})
-    agg.update({c: "sum" for c in count_cols})
     cfg_cols = [c for c in table if c.startswith("cfg_")]
-    agg.update({c: "first" for c in cfg_cols})
-    return table.groupby(keys, dropna=False).agg(agg).reset_index()
+    grouped = table.groupby(keys, dropna=False)
+    parts = [grouped[cols].agg(how) for cols, how in
+             ((time_cols, "max"), (acc_cols, "mean"), (count_cols, "sum"), (cfg_cols, "first")) if cols]
+    return pd.concat(parts, axis=1).reset_index()
 
 
 def summarize(table: pd.DataFrame) -> pd.DataFrame:
