@@ -143,7 +143,7 @@ def verify(workers: int, model: str = "sage", seed: int = 0, *, tamper: str | No
     dist_logits = np.concatenate([r["logits"] for r in results])
     max_abs, max_rel = {}, {}
     max_abs["loss"], max_rel["loss"] = _diff(np.array([sum(r["loss_share"] for r in results)]),
-                                             np.array([float(loss)]))
+                                             np.array([float(loss.detach())]))
     max_abs["logits"], max_rel["logits"] = _diff(dist_logits, logits.detach().numpy())
     per_rank = [_diff(r["grads"], grads) for r in results]
     max_abs["grads"] = max(a for a, _ in per_rank)
