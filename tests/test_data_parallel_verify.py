@@ -10,7 +10,7 @@ from gnnflow.strategies.data_parallel import verify
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("model", ["sage", "gat"])
+@pytest.mark.parametrize("model", ["sage", "gcn", "gat"])
 def test_four_ranks_match_single_process(model, tmp_path):
     res = verify(4, model=model, seed=0, workdir=str(tmp_path))
     assert res["passed"], res

@@ -129,6 +129,12 @@ def verify(workers: int, model: str = "sage", seed: int = 0, *, tamper: str | No
                           cfg.dropout, cfg.heads)
         opt = make_optimizer(net, cfg)
         blocks = NeighborSampler(store.indptr, store.indices, cfg.fanouts, seed=seed).sample_blocks(union)
+        if model == "gcn":  # whole-graph degrees, as DataParallel's GCN blocks carry (options.degrees)
+            indptr = np.asarray(store.indptr)
+            in_deg = torch.from_numpy(np.diff(indptr)).float()
+            out_deg = torch.from_numpy(np.bincount(np.asarray(store.indices), minlength=store.num_nodes)).float()
+            for b in blocks:
+                b.src_deg, b.dst_deg = out_deg[b.src_ids], in_deg[b.dst_ids]
         x = torch.from_numpy(np.asarray(store.features)[blocks[0].src_ids.numpy()])
         y = torch.from_numpy(np.asarray(store.labels)[union])
         net.train()

@@ -36,7 +36,9 @@ returns the same global accuracies.
 Options (``cfg.options``): ``pipeline`` (bool, default true),
 ``capacities`` ("25,5,1"), ``replicate_structure`` (false), ``two_level``
 (true), ``cache_rows`` (0: rows of hot remote features cached, chosen from
-``presample_batches`` (8) presampled batches), ``ddp`` (false).
+``presample_batches`` (8) presampled batches), ``ddp`` (false), ``degrees``
+("global" for GCN: blocks carry whole-graph degrees, fetched with the
+features; "block": the block's own degrees).
 
 Hooks for subclasses (split-parallel, p3, HEC): override any of
 
@@ -128,6 +130,12 @@ class MiniBatchStrategy(Strategy):
         self.cache_rows = int(opts.get("cache_rows", 0))
         self.presample_batches = int(opts.get("presample_batches", 8))
         self.use_ddp = _bool(opts.get("ddp", False))
+        # GCN normalises by degrees: whole-graph degrees make each target's output independent of
+        # the other targets in its batch, so P micro-batches sum to the union batch (verify())
+        self.degrees = str(opts.get("degrees", "global" if cfg.model == "gcn" else "block"))
+        if self.degrees not in ("global", "block"):
+            raise ConfigError(f"options.degrees: 'global' or 'block', got {self.degrees!r}")
+        self.degree_store: FeatureStore | None = None
         self.pipeline: MiniBatchPipeline | None = None
         self.net: torch.nn.Module | None = None  # the plain GNN (self.model may be its DDP wrapper)
         self.sample_stats: CommStats | None = None
@@ -163,6 +171,9 @@ class MiniBatchStrategy(Strategy):
         self.load_stats = CommStats(size)
         self.sampler = self.build_sampler(self.groups["sample"])
         self.feature_store = self.build_feature_store(self.groups["load"])
+        if self.degrees == "global" and self.feature_store is not None:
+            self.degree_store = FeatureStore(self.part, self.node_part, local_rows=self.global_degrees(),
+                                             stats=self.load_stats, group=self.groups["load"])
         self.build_model()
         if self.cache_rows > 0 and self.feature_store is not None:
             self._build_cache()
@@ -274,6 +285,11 @@ class MiniBatchStrategy(Strategy):
         assert self.feature_store is not None and mb.blocks is not None
         before = self._stats_totals(self.load_stats)
         mb.inputs = self.feature_store.fetch(mb.blocks[0].src_ids, mb.counters)
+        if self.degree_store is not None:
+            # every block's vertices are a prefix of blocks[0].src_ids (dst first, DGL layout)
+            deg = self.degree_store.fetch(mb.blocks[0].src_ids)
+            for b in mb.blocks:
+                b.src_deg, b.dst_deg = deg[: b.num_src, 1], deg[: b.num_dst, 0]
         self._add_stats_delta(mb, self.load_stats, before, "load")
         return mb
 
@@ -395,6 +411,26 @@ class MiniBatchStrategy(Strategy):
         if getattr(self, "_part_block", None) is not None:
             return self._part_block
         part = self.part
+        degrees = self.global_degrees()
+        store = FeatureStore(part, self.node_part, local_rows=degrees[:, 1:])
+        src_deg = torch.cat([degrees[:, 1], store.fetch(part.halo_ids)[:, 0]])
+        self._part_block = Block(dst_ids=torch.from_numpy(np.asarray(part.inner_ids, dtype=np.int64)),
+                                 src_ids=torch.from_numpy(np.asarray(part.local_to_global, dtype=np.int64)),
+                                 indptr=torch.from_numpy(np.asarray(part.indptr, dtype=np.int64)),
+                                 indices=torch.from_numpy(np.asarray(part.indices, dtype=np.int64)),
+                                 src_deg=src_deg, dst_deg=degrees[:, 0].clone())
+        return self._part_block
+
+    def global_degrees(self) -> torch.Tensor:
+        """``[num_inner, 2]`` float32: whole-graph in- and out-degree of this rank's vertices.  Collective.
+
+        A source's out-edges are spread over the parts holding their
+        destinations: every part counts them, the partial counts of halo
+        vertices go to their owners (one exchange), which sum them.
+        """
+        if getattr(self, "_global_degrees", None) is not None:
+            return self._global_degrees
+        part = self.part
         n_in = part.num_inner
         partial = np.bincount(np.asarray(part.indices, dtype=np.int64), minlength=part.num_local).astype(np.int64)
         out_inner = partial[:n_in].copy()
@@ -406,19 +442,11 @@ class MiniBatchStrategy(Strategy):
             ids_in = alltoallv(list(torch.split(torch.from_numpy(halo[order]), counts)))
             deg_in = alltoallv(list(torch.split(torch.from_numpy(partial[n_in:][order]), counts)),
                                recv_counts=[int(t.numel()) for t in ids_in])
-            ids_all, deg_all = torch.cat(ids_in).numpy(), torch.cat(deg_in).numpy()
-            np.add.at(out_inner, part.global_to_local(ids_all), deg_all)
-        # degrees travel as float32 rows (exact below 2**24)
-        store = FeatureStore(part, self.node_part, local_rows=torch.from_numpy(out_inner).float().unsqueeze(1))
-        halo_deg = store.fetch(part.halo_ids)[:, 0]
-        src_deg = torch.cat([torch.from_numpy(out_inner).float(), halo_deg])
-        self._part_block = Block(dst_ids=torch.from_numpy(np.asarray(part.inner_ids, dtype=np.int64)),
-                                 src_ids=torch.from_numpy(np.asarray(part.local_to_global, dtype=np.int64)),
-                                 indptr=torch.from_numpy(np.asarray(part.indptr, dtype=np.int64)),
-                                 indices=torch.from_numpy(np.asarray(part.indices, dtype=np.int64)),
-                                 src_deg=src_deg,
-                                 dst_deg=torch.from_numpy(np.diff(np.asarray(part.indptr))).float())
-        return self._part_block
+            np.add.at(out_inner, part.global_to_local(torch.cat(ids_in).numpy()), torch.cat(deg_in).numpy())
+        in_deg = np.diff(np.asarray(part.indptr, dtype=np.int64))
+        # float32 rows (exact below 2**24) so they travel through the feature store
+        self._global_degrees = torch.from_numpy(np.stack([in_deg, out_inner], 1).astype(np.float32))
+        return self._global_degrees
 
     @torch.no_grad()
     def inference(self) -> torch.Tensor:
