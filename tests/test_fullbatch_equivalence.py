@@ -70,11 +70,12 @@ def _train_rank(ctx, cfg_dict, epochs):
 def test_accuracy_matches_single_process_on_default_graph(tmp_path):
     """Acceptance 4: 2-rank full-batch GCN within 1 point of single-process full-batch GCN."""
     from gnnflow.config import TrainConfig
+    from gnnflow.data.csr import with_self_loops
     from gnnflow.data.synthetic import prepare_synthetic
     from gnnflow.dist.launch import run_ranks
     from gnnflow.nn import build_model
     from gnnflow.sampling import Block
-    from gnnflow.strategies.fullbatch import seed_all, with_self_loops
+    from gnnflow.strategies.common import seed_everything as seed_all
 
     store = prepare_synthetic(tmp_path / "default")  # the default synthetic graph
     epochs = 60

@@ -121,3 +121,16 @@ def is_symmetric(indptr: np.ndarray, indices: np.ndarray) -> bool:
     fwd = np.unique(dst * np.int64(n) + src)
     rev = np.unique(src * np.int64(n) + dst)
     return fwd.shape == rev.shape and bool(np.array_equal(fwd, rev))
+
+
+def with_self_loops(indptr: np.ndarray, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """CSR of A + I: vertex v appended to its own in-neighbour list."""
+    indptr = np.asarray(indptr, dtype=np.int64)
+    n = indptr.shape[0] - 1
+    new_ptr = indptr + np.arange(n + 1, dtype=np.int64)
+    out = np.empty(int(new_ptr[-1]), dtype=np.int64)
+    is_loop = np.zeros(out.shape[0], dtype=bool)
+    is_loop[new_ptr[1:] - 1] = True
+    out[~is_loop] = np.asarray(indices, dtype=np.int64)
+    out[is_loop] = np.arange(n, dtype=np.int64)
+    return new_ptr, out

@@ -41,15 +41,15 @@ from gnnflow.results.schema import Recorder
 from gnnflow.sampling import Block
 from gnnflow.strategies.base import RankContext
 from gnnflow.strategies.common import seed_everything
-from gnnflow.strategies.fullbatch_base import FullBatchBase
+from gnnflow.strategies.fullbatch_base import (
+    FullBatchBase,
+    compare_to_reference,
+    full_graph_reference,
+    gcn_model_name,
+    rank_outputs,
+)
 
 PLANNERS = ("spst", "p2p", "swap", "replication")
-
-
-def _set_norm(model: torch.nn.Module, norm: str) -> None:
-    for layer in model.layers:  # type: ignore[union-attr]
-        if hasattr(layer, "norm"):
-            layer.norm = norm
 
 
 def _rank_payloads(cfg: TrainConfig, world_size: int, planner: str) -> list[dict[str, Any]]:
@@ -151,9 +151,9 @@ class PlannedHalo(FullBatchBase):
         num_classes = int(book.meta.get("num_classes") or 0) or self._num_classes(book)
         seed_everything(self.cfg.seed)
         assert self.features is not None
-        self.model = build_model(self.cfg.model, self.features.shape[1], self.cfg.hidden, num_classes,
-                                 self.cfg.num_layers, self.cfg.dropout, self.cfg.heads).to(dev)
-        _set_norm(self.model, self.norm)
+        self.model = build_model(gcn_model_name(self.cfg.model, self.norm), self.features.shape[1],
+                                 self.cfg.hidden, num_classes, self.cfg.num_layers, self.cfg.dropout,
+                                 self.cfg.heads).to(dev)
         self.optimizer = self.build_optimizer()
 
     @staticmethod
@@ -214,47 +214,10 @@ class PlannedHalo(FullBatchBase):
 # ------------------------------------------------------------------------------------------------
 
 
-def full_graph_reference(graph: str, model: str, hidden: int, num_layers: int, norm: str = "both",
-                         seed: int = 0, heads: int = 1) -> dict[str, Any]:
-    """Single-process full-batch forward/backward of ``model`` on the whole graph (``gnnflow.nn``)."""
-    import torch.nn.functional as F
-
-    from gnnflow.data.store import open_store
-    from gnnflow.nn import build_model
-
-    store = open_store(graph)
-    x = torch.from_numpy(np.array(store.features, dtype=np.float32))
-    y = torch.from_numpy(np.array(store.labels, dtype=np.int64))
-    train = torch.from_numpy(np.array(store.train_idx, dtype=np.int64))
-    seed_everything(seed)
-    net = build_model(model, x.shape[1], hidden, int(store.num_classes), num_layers, 0.0, heads)
-    _set_norm(net, norm)
-    block = Block.full_graph(store.indptr, store.indices)
-    logits = net([block] * num_layers, x)
-    loss = F.cross_entropy(logits[train], y[train])
-    loss.backward()
-    return {"logits": logits.detach().numpy(), "loss": float(loss.detach()),
-            "grads": {k: p.grad.numpy().copy() for k, p in net.named_parameters()},
-            "state": {k: v.clone() for k, v in net.state_dict().items()}}
-
-
 def _verify_rank(ctx: RankContext, cfg_dict: dict[str, Any], state: dict[str, torch.Tensor]) -> dict[str, Any]:
-    from gnnflow.dist.comm import all_reduce_gradients
-    from gnnflow.strategies.fullbatch_base import all_reduce_sum
-
     s = PlannedHalo(TrainConfig.from_dict(cfg_dict), ctx)
     s.prepare()
-    assert s.model is not None
-    s.model.load_state_dict(state)
-    s.model.eval()
-    with torch.no_grad():
-        logits = s.forward_local(False).numpy().copy()
-    s.model.zero_grad(set_to_none=True)
-    share = s.compute_gradients(Recorder())
-    all_reduce_gradients(s.model, average=False)
-    loss = float(all_reduce_sum([share])[0].item())
-    out = {"ids": s.inner_ids, "logits": logits, "loss": loss,
-           "grads": {k: p.grad.numpy().copy() for k, p in s.model.named_parameters()},
+    out = {**rank_outputs(s, state), "ids": s.inner_ids,
            "relay_rows": int(getattr(s.table, "relay_ids", np.zeros(0)).shape[0]) if s.table is not None else 0}
     s.close()
     return out
@@ -294,7 +257,7 @@ def verify(workers: int, model: str = "gcn", seed: int = 0, **kw: Any) -> dict[s
             graph = str(prepare_synthetic(f"{tmp}/graph", num_nodes=600, avg_degree=6, feature_dim=12,
                                           num_classes=5, seed=seed).path)
         book = partition_graph(graph, "metis", workers, f"{tmp}/parts", seed=seed)
-        ref = full_graph_reference(graph, model, hidden, num_layers, norm, seed)
+        ref = full_graph_reference(graph, model, hidden, num_layers, norm=norm, seed=seed)
         per: dict[str, Any] = {}
         for pl in planners:
             options = {"planner": pl, "norm": norm}
@@ -304,19 +267,8 @@ def verify(workers: int, model: str = "gcn", seed: int = 0, **kw: Any) -> dict[s
                               hidden=hidden, num_layers=num_layers, fanouts=[-1] * num_layers, dropout=0.0,
                               seed=seed, workers=workers, options=options)
             results = run_ranks(_verify_rank, workers, cfg.to_dict(), ref["state"], timeout_s=timeout_s)
-            logits = np.zeros_like(ref["logits"])
-            for r in results:
-                logits[r["ids"]] = r["logits"]
-            grads = results[0]["grads"]
-            diffs = {"logits": float(np.abs(logits - ref["logits"]).max()),
-                     "loss": abs(results[0]["loss"] - ref["loss"]),
-                     "grads": max(float(np.abs(grads[k] - ref["grads"][k]).max()) for k in ref["grads"])}
-            scale = {"logits": float(np.abs(ref["logits"]).max()), "loss": abs(ref["loss"]),
-                     "grads": max(float(np.abs(g).max()) for g in ref["grads"].values())}
-            same = all(np.array_equal(r["grads"][k], grads[k]) for r in results for k in grads)
-            per[pl] = {"max_abs_diff": diffs, "max_rel_diff": {k: diffs[k] / max(scale[k], 1e-30) for k in diffs},
-                       "replicated_grads_equal": same, "relay_rows": sum(r["relay_rows"] for r in results),
-                       "passed": bool(all(v <= tol for v in diffs.values()) and same)}
+            per[pl] = {**compare_to_reference(results, ref, tol, relative=False),
+                       "relay_rows": sum(r["relay_rows"] for r in results)}
     worst = {k: max(per[pl]["max_abs_diff"][k] for pl in per) for k in ("logits", "loss", "grads")}
     worst_rel = {k: max(per[pl]["max_rel_diff"][k] for pl in per) for k in ("logits", "loss", "grads")}
     return {"passed": all(v["passed"] for v in per.values()), "max_abs_diff": worst, "max_rel_diff": worst_rel,

@@ -55,7 +55,14 @@ from gnnflow.dist.spmm import (
 from gnnflow.errors import ConfigError
 from gnnflow.results.schema import Recorder
 from gnnflow.strategies.base import RankContext
-from gnnflow.strategies.fullbatch_base import FullBatchBase, all_reduce_sum
+from gnnflow.strategies.common import seed_everything
+from gnnflow.strategies.fullbatch_base import (
+    FullBatchBase,
+    compare_to_reference,
+    full_graph_reference,
+    gcn_model_name,
+    rank_outputs,
+)
 
 NORMS = ("both", "right")
 _CHUNK_ELEMS = 1 << 20  # scratch block of the chunked input-gradient GEMM (4 MiB of float32)
@@ -202,24 +209,6 @@ def _bool(v: Any) -> bool:
     return bool(v)
 
 
-def model_name(norm: str) -> str:
-    """``gnnflow.nn.build_model`` name of the GCN with this normalisation."""
-    return "gcn" if norm == "both" else "gcn-right"
-
-
-def with_self_loops(indptr: np.ndarray, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """CSR of A + I: vertex v appended to its own in-neighbour list."""
-    indptr = np.asarray(indptr, dtype=np.int64)
-    n = indptr.shape[0] - 1
-    new_ptr = indptr + np.arange(n + 1, dtype=np.int64)
-    out = np.empty(int(new_ptr[-1]), dtype=np.int64)
-    is_loop = np.zeros(out.shape[0], dtype=bool)
-    is_loop[new_ptr[1:] - 1] = True
-    out[~is_loop] = np.asarray(indices, dtype=np.int64)
-    out[is_loop] = np.arange(n, dtype=np.int64)
-    return new_ptr, out
-
-
 def layer_params(layer: torch.nn.Module) -> tuple[torch.nn.Parameter, torch.nn.Parameter | None]:
     """(W [in, out], bias [out] or None) of a :class:`gnnflow.nn.GCNConv`."""
     return layer.weight, getattr(layer, "bias", None)
@@ -303,8 +292,8 @@ class FullBatch(FullBatchBase):
         self.set_local_data(torch.from_numpy(rows.labels), *(torch.from_numpy(rows.split_rows[k])
                                                              for k in ("train", "val", "test")))
         num_classes = int(meta.get("num_classes") or _global_max(int(rows.labels.max(initial=-1)) + 1))
-        seed_all(self.cfg.seed)
-        self.model = build_model(model_name(self.norm), rows.features.shape[1], self.cfg.hidden, num_classes, self.cfg.num_layers,
+        seed_everything(self.cfg.seed)
+        self.model = build_model(gcn_model_name("gcn", self.norm), rows.features.shape[1], self.cfg.hidden, num_classes, self.cfg.num_layers,
                                  self.cfg.dropout, self.cfg.heads).to(dev)
         self.dims = [rows.features.shape[1]] + [layer_params(m)[0].shape[1] for m in self.model.layers]
         self.optimizer = self.build_optimizer()
@@ -480,17 +469,6 @@ class FullBatch(FullBatchBase):
         return [dict(r.__dict__, rank=self.ctx.rank, t0=self.engine.t0) for r in self.engine.records]
 
 
-def seed_all(seed: int) -> None:
-    """``strategies.common.seed_everything`` when present (weights identical on every rank)."""
-    try:
-        from gnnflow.strategies.common import seed_everything
-    except ImportError:
-        torch.manual_seed(seed)
-        np.random.seed(seed)
-        return
-    seed_everything(seed)
-
-
 def _acc_grad(p: torch.nn.Parameter, g: torch.Tensor) -> None:
     if p.grad is None:
         p.grad = g.clone()
@@ -520,48 +498,12 @@ def _store_meta(path: Any) -> dict[str, Any]:
 # ----------------------------------------------------------------------------------------------
 
 
-def reference_full_batch(graph: str, cfg: TrainConfig, norm: str) -> dict[str, Any]:
-    """Single-process full-batch GCN (``gnnflow.nn``) on the whole graph: logits, loss, grads, weights."""
-    from gnnflow.data.store import open_store
-    from gnnflow.nn import build_model
-    from gnnflow.sampling import Block
-
-    store = open_store(graph)
-    x = torch.from_numpy(np.array(store.features, dtype=np.float32))
-    y = torch.from_numpy(np.array(store.labels, dtype=np.int64))
-    train = torch.from_numpy(np.array(store.train_idx, dtype=np.int64))
-    seed_all(cfg.seed)
-    model = build_model(model_name(norm), x.shape[1], cfg.hidden, int(store.meta["num_classes"]),
-                        cfg.num_layers, cfg.dropout, cfg.heads)
-    indptr, indices = np.asarray(store.indptr), np.asarray(store.indices)
-    if _bool(cfg.options.get("self_loops", True)):
-        indptr, indices = with_self_loops(indptr, indices)
-    block = Block.full_graph(indptr, indices)
-    logits = model([block] * cfg.num_layers, x)
-    loss = F.cross_entropy(logits[train], y[train])
-    loss.backward()
-    return {"logits": logits.detach().numpy(), "loss": float(loss.detach()),
-            "grads": {k: p.grad.numpy().copy() for k, p in model.named_parameters()},
-            "state": {k: v.clone() for k, v in model.state_dict().items()}}
-
-
 def _verify_rank(ctx: RankContext, cfg_dict: dict[str, Any], state: dict[str, torch.Tensor],
                  skip_rounds: tuple[int, ...]) -> dict[str, Any]:
-    from gnnflow.dist.comm import all_reduce_gradients
-
     s = FullBatch(TrainConfig.from_dict(cfg_dict), ctx, skip_rounds=skip_rounds)
     s.prepare()
-    assert s.model is not None
-    s.model.load_state_dict(state)
-    with torch.no_grad():
-        logits = s.forward_local(False).numpy().copy()
-    s.model.zero_grad(set_to_none=True)
-    share = s.compute_gradients(Recorder())
-    all_reduce_gradients(s.model, average=False)
-    loss = float(all_reduce_sum([share])[0].item())
-    return {"ids": s.global_ids, "logits": logits, "loss": loss,
-            "grads": {k: p.grad.numpy().copy() for k, p in s.model.named_parameters()},
-            "rounds": len(s.engine.records) if s.engine else 0}
+    out = rank_outputs(s, state)
+    return {**out, "ids": s.global_ids, "rounds": len(s.engine.records) if s.engine else 0}
 
 
 def verify(workers: int, model: str = "gcn", seed: int = 0, **kw: Any) -> dict[str, Any]:
@@ -602,21 +544,10 @@ def verify(workers: int, model: str = "gcn", seed: int = 0, **kw: Any) -> dict[s
         cfg = TrainConfig(graph=str(graph), strategy="fullbatch", model="gcn", hidden=hidden,
                           num_layers=num_layers, fanouts=[-1] * num_layers, dropout=0.0, seed=seed,
                           workers=workers, partition=str(partition) if partition else None, options=options)
-        ref = reference_full_batch(str(graph), cfg, norm)
+        ref = full_graph_reference(str(graph), "gcn", hidden, num_layers, norm=norm,
+                                   self_loops=_bool(options["self_loops"]), seed=seed)
         results = run_ranks(_verify_rank, workers, cfg.to_dict(), ref["state"], skip_rounds, timeout_s=timeout_s)
-    logits = np.zeros_like(ref["logits"])
-    for r in results:
-        logits[r["ids"]] = r["logits"]
-    grads = results[0]["grads"]
-    diffs = {"logits": float(np.abs(logits - ref["logits"]).max()),
-             "loss": abs(results[0]["loss"] - ref["loss"]),
-             "grads": max(float(np.abs(grads[k] - ref["grads"][k]).max()) for k in ref["grads"])}
-    scale = {"logits": float(np.abs(ref["logits"]).max()), "loss": abs(ref["loss"]),
-             "grads": max(float(np.abs(g).max()) for g in ref["grads"].values())}
-    rel = {k: diffs[k] / max(scale[k], 1e-30) for k in diffs}
-    # every rank holds the same replicated gradient after the all-reduce
-    same = all(np.array_equal(r["grads"][k], grads[k]) for r in results for k in grads)
-    return {"passed": bool(all(v <= tol for v in rel.values()) and same), "max_abs_diff": diffs,
-            "max_rel_diff": rel, "workers": workers, "num_layers": num_layers, "norm": norm,
+    check = compare_to_reference(results, ref, tol, relative=True)
+    return {**check, "workers": workers, "num_layers": num_layers, "norm": norm,
             "memory": options["memory"], "overlap": options["overlap"], "tolerance": tol,
             "rounds_per_rank": results[0]["rounds"], "loss": ref["loss"]}

@@ -144,3 +144,83 @@ class FullBatchBase(Strategy):
         correct = [float((pred[r] == self.labels[r]).sum().item()) for r in (self.split_rows[k] for k in SPLITS)]
         counts = all_reduce_sum(correct)
         return {f"{k}_acc": float(counts[i].item()) / max(1, self.split_totals[k]) for i, k in enumerate(SPLITS)}
+
+
+# ------------------------------------------------------------------------------------------------
+# Verification against single-process full-batch training (shared by fullbatch and dgcl)
+# ------------------------------------------------------------------------------------------------
+
+
+def gcn_model_name(model: str, norm: str) -> str:
+    """``gnnflow.nn.build_model`` name: GCN with row normalisation is ``gcn-right``."""
+    return "gcn-right" if model == "gcn" and norm == "right" else model
+
+
+def full_graph_reference(graph: str, model: str, hidden: int, num_layers: int, *, norm: str = "both",
+                         self_loops: bool = False, dropout: float = 0.0, heads: int = 1,
+                         seed: int = 0) -> dict[str, Any]:
+    """Single-process full-batch forward/backward of ``model`` (``gnnflow.nn``) on the whole graph:
+    logits, mean training loss, weight gradients and the initial weights."""
+    import numpy as np
+
+    from gnnflow.data.csr import with_self_loops
+    from gnnflow.data.store import open_store
+    from gnnflow.nn import build_model
+    from gnnflow.sampling import Block
+    from gnnflow.strategies.common import seed_everything
+
+    store = open_store(graph)
+    x = torch.from_numpy(np.array(store.features, dtype=np.float32))
+    y = torch.from_numpy(np.array(store.labels, dtype=np.int64))
+    train = torch.from_numpy(np.array(store.train_idx, dtype=np.int64))
+    seed_everything(seed)
+    net = build_model(gcn_model_name(model, norm), x.shape[1], hidden, int(store.num_classes), num_layers,
+                      dropout, heads)
+    indptr, indices = np.asarray(store.indptr), np.asarray(store.indices)
+    if self_loops:
+        indptr, indices = with_self_loops(indptr, indices)
+    logits = net([Block.full_graph(indptr, indices)] * num_layers, x)
+    loss = F.cross_entropy(logits[train], y[train])
+    loss.backward()
+    return {"logits": logits.detach().numpy(), "loss": float(loss.detach()),
+            "grads": {k: p.grad.numpy().copy() for k, p in net.named_parameters()},
+            "state": {k: v.clone() for k, v in net.state_dict().items()}}
+
+
+def rank_outputs(strategy: FullBatchBase, state: dict[str, torch.Tensor]) -> dict[str, Any]:
+    """On one rank of a prepared strategy: load the reference weights, then this rank's
+    logits (no grad), the global loss and the all-reduced (summed) weight gradients."""
+    assert strategy.model is not None
+    strategy.model.load_state_dict(state)
+    strategy.model.eval()
+    with torch.no_grad():
+        logits = strategy.forward_local(False).numpy().copy()
+    strategy.model.zero_grad(set_to_none=True)
+    share = strategy.compute_gradients(Recorder())
+    all_reduce_gradients(strategy.model, average=False)
+    loss = float(all_reduce_sum([share])[0].item())
+    return {"logits": logits, "loss": loss,
+            "grads": {k: p.grad.numpy().copy() for k, p in strategy.model.named_parameters()}}
+
+
+def compare_to_reference(results: list[dict[str, Any]], ref: dict[str, Any], tol: float,
+                         relative: bool) -> dict[str, Any]:
+    """Stitch the ranks' logits by their global ``ids`` and compare logits, loss and gradients
+    with the reference; also require every rank to hold the same (replicated) gradients.
+    ``passed`` uses the relative differences when ``relative`` else the absolute ones."""
+    import numpy as np
+
+    logits = np.zeros_like(ref["logits"])
+    for r in results:
+        logits[r["ids"]] = r["logits"]
+    grads = results[0]["grads"]
+    diffs = {"logits": float(np.abs(logits - ref["logits"]).max()),
+             "loss": abs(results[0]["loss"] - ref["loss"]),
+             "grads": max(float(np.abs(grads[k] - ref["grads"][k]).max()) for k in ref["grads"])}
+    scale = {"logits": float(np.abs(ref["logits"]).max()), "loss": abs(ref["loss"]),
+             "grads": max(float(np.abs(g).max()) for g in ref["grads"].values())}
+    rel = {k: diffs[k] / max(scale[k], 1e-30) for k in diffs}
+    same = all(np.array_equal(r["grads"][k], grads[k]) for r in results for k in grads)
+    checked = rel if relative else diffs
+    return {"passed": bool(all(v <= tol for v in checked.values()) and same), "max_abs_diff": diffs,
+            "max_rel_diff": rel, "replicated_grads_equal": same}
