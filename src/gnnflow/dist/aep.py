@@ -40,12 +40,11 @@ from __future__ import annotations
 import time
 from collections import deque
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 import torch.distributed as dist
 
-from gnnflow.dist.comm import CommStats, exchange_counts, world
+from gnnflow.dist.comm import CommStats, PendingAllToAll, start_alltoallv, world
 from gnnflow.dist.hec import EmbeddingCache
 
 
@@ -65,45 +64,6 @@ def pack_rows(tags: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
 def unpack_rows(packed: torch.Tensor, dim: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Inverse of :func:`pack_rows`: ``(tags, rows)``."""
     return packed[:, dim:].contiguous().view(torch.int64).reshape(-1), packed[:, :dim]
-
-
-class PendingAllToAll:
-    """A started variable-size all-to-all; :meth:`wait` returns the rows from each peer."""
-
-    def __init__(self, work: Any, recv: torch.Tensor, recv_counts: list[int]) -> None:
-        self._work = work
-        self._recv = recv
-        self.recv_counts = recv_counts
-
-    def wait(self) -> list[torch.Tensor]:
-        if self._work is not None:
-            self._work.wait()
-            self._work = None
-        return list(torch.split(self._recv, self.recv_counts, 0))
-
-
-def start_alltoallv(send: list[torch.Tensor], stats: CommStats | None = None) -> PendingAllToAll:
-    """Non-blocking :func:`gnnflow.dist.comm.alltoallv`: counts exchanged now, rows in flight.
-
-    Every rank must call it in the same order (it is a collective).  With one rank
-    the rows are returned as they are.
-    """
-    rank, size = world()
-    if size == 1:
-        return PendingAllToAll(None, torch.cat(send, 0) if send else torch.empty(0), [int(t.shape[0]) for t in send])
-    if len(send) != size:
-        raise ValueError(f"start_alltoallv needs one tensor per rank ({size}), got {len(send)}")
-    send_counts = [int(t.shape[0]) for t in send]
-    recv_counts = exchange_counts(send_counts)
-    ref = send[0]
-    flat = torch.cat(send, 0).contiguous()
-    recv = torch.empty((sum(recv_counts), *ref.shape[1:]), dtype=ref.dtype, device=ref.device)
-    work = dist.all_to_all_single(recv, flat, output_split_sizes=recv_counts,
-                                  input_split_sizes=send_counts, async_op=True)
-    if stats is not None:
-        row_bytes = ref.element_size() * int(torch.tensor(ref.shape[1:]).prod())
-        stats.add([c * row_bytes for c in send_counts], [c * row_bytes for c in recv_counts])
-    return PendingAllToAll(work, recv, recv_counts)
 
 
 @dataclass

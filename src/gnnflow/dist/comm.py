@@ -81,6 +81,51 @@ def exchange_counts(counts: list[int] | torch.Tensor, group: Any = None) -> list
     return recv.tolist()
 
 
+class PendingAllToAll:
+    """A started variable-size all-to-all; :meth:`wait` returns the rows from each peer."""
+
+    def __init__(self, work: Any, recv: torch.Tensor, recv_counts: list[int]) -> None:
+        self._work = work
+        self._recv = recv
+        self.recv_counts = recv_counts
+
+    def wait(self) -> list[torch.Tensor]:
+        if self._work is not None:
+            self._work.wait()
+            self._work = None
+        return list(torch.split(self._recv, self.recv_counts, 0))
+
+
+def start_alltoallv(
+    send: list[torch.Tensor],
+    stats: CommStats | None = None,
+    recv_counts: list[int] | None = None,
+    group: Any = None,
+) -> PendingAllToAll:
+    """Non-blocking :func:`alltoallv`: counts are exchanged now (unless given), rows are in
+    flight until :meth:`PendingAllToAll.wait`.  A collective: every rank calls it in the
+    same order.  With one rank the rows are returned as they are."""
+    rank, size = world(group)
+    if size == 1:
+        return PendingAllToAll(None, torch.cat(send, 0) if send else torch.empty(0),
+                               [int(t.shape[0]) for t in send])
+    if len(send) != size:
+        raise ValueError(f"alltoallv needs one tensor per rank ({size}), got {len(send)}")
+    send_counts = [int(t.shape[0]) for t in send]
+    if recv_counts is None:
+        recv_counts = exchange_counts(send_counts, group)
+    ref = send[0]
+    tail = tuple(ref.shape[1:])
+    flat_send = torch.cat([t.reshape(t.shape[0], *tail) for t in send], 0).contiguous()
+    recv = torch.empty((sum(recv_counts), *tail), dtype=ref.dtype, device=ref.device)
+    work = dist.all_to_all_single(recv, flat_send, output_split_sizes=recv_counts,
+                                  input_split_sizes=send_counts, group=group, async_op=True)
+    if stats is not None:
+        row_bytes = ref.element_size() * (int(torch.tensor(tail).prod().item()) if tail else 1)
+        stats.add([c * row_bytes for c in send_counts], [c * row_bytes for c in recv_counts])
+    return PendingAllToAll(work, recv, recv_counts)
+
+
 def alltoallv(
     send: list[torch.Tensor],
     stats: CommStats | None = None,
@@ -93,24 +138,9 @@ def alltoallv(
     exchange when the caller already knows it (e.g. a precomputed shuffle index).
     ``group`` as in :func:`exchange_counts` (a group over all ranks, same rank order).
     """
-    rank, size = world(group)
-    if size == 1:
+    if world(group)[1] == 1:
         return list(send)
-    if len(send) != size:
-        raise ValueError(f"alltoallv needs one tensor per rank ({size}), got {len(send)}")
-    send_counts = [int(t.shape[0]) for t in send]
-    if recv_counts is None:
-        recv_counts = exchange_counts(send_counts, group)
-    ref = send[0]
-    tail = tuple(ref.shape[1:])
-    flat_send = torch.cat([t.reshape(t.shape[0], *tail) for t in send], 0).contiguous()
-    recv = torch.empty((sum(recv_counts), *tail), dtype=ref.dtype, device=ref.device)
-    dist.all_to_all_single(recv, flat_send, output_split_sizes=recv_counts, input_split_sizes=send_counts,
-                           group=group)
-    if stats is not None:
-        row_bytes = ref.element_size() * (int(torch.tensor(tail).prod().item()) if tail else 1)
-        stats.add([c * row_bytes for c in send_counts], [c * row_bytes for c in recv_counts])
-    return list(torch.split(recv, recv_counts, 0))
+    return start_alltoallv(send, stats, recv_counts, group).wait()
 
 
 class AllToAllRows(torch.autograd.Function):

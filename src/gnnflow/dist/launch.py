@@ -84,13 +84,21 @@ def _device_for(rank_local: int, device: str) -> torch.device:
     return torch.device(device)
 
 
-def init_group(rank: int, world_size: int, addr: str, port: int, backend: str, timeout_s: float) -> None:
+def init_group(rank: int, world_size: int, addr: str, port: int, backend: str, timeout_s: float,
+               store_is_external: bool = False) -> None:
+    """Join the process group.  With ``store_is_external`` the rendezvous store already
+    runs (the local launcher's parent holds it), so every rank connects as a client."""
+    timeout = datetime.timedelta(seconds=timeout_s)
+    if store_is_external:
+        store = dist.TCPStore(addr, port, world_size, is_master=False, timeout=timeout)
+        dist.init_process_group(backend=backend, store=store, rank=rank, world_size=world_size, timeout=timeout)
+        return
     dist.init_process_group(
         backend=backend,
         init_method=f"tcp://{addr}:{port}",
         rank=rank,
         world_size=world_size,
-        timeout=datetime.timedelta(seconds=timeout_s),
+        timeout=timeout,
     )
 
 
@@ -118,7 +126,7 @@ def _rank_entry(
     os.environ["GNNFLOW_RANK"] = str(rank)
     torch.set_num_threads(threads)
     try:
-        init_group(rank, world_size, addr, port, backend, timeout_s)
+        init_group(rank, world_size, addr, port, backend, timeout_s, store_is_external=True)
         ctx = RankContext(rank=rank, world_size=world_size, device=_device_for(rank, device))
         result = fn(ctx, *args)
         _send(conn, ("ok", result))
@@ -179,7 +187,11 @@ def _run_external(launcher: str, fn: Callable[..., Any], args: tuple[Any, ...], 
 def _spawn_local(fn: Callable[..., Any], world_size: int, args: tuple[Any, ...], device: str,
                  backend: str, timeout_s: float, threads_per_rank: int | None) -> list[Any]:
     ctx = mp.get_context("spawn")
-    port = free_port()
+    # The parent holds the rendezvous store on a port the OS assigns, so no other
+    # process can take the port between choosing it and binding it.
+    store = dist.TCPStore("127.0.0.1", 0, world_size, is_master=True, wait_for_workers=False,
+                          timeout=datetime.timedelta(seconds=timeout_s))
+    port = int(store.port)
     threads = threads_per_rank or max(1, (os.cpu_count() or 1) // world_size)
     procs, conns = [], []
     for rank in range(world_size):
@@ -229,6 +241,7 @@ def _spawn_local(fn: Callable[..., Any], world_size: int, args: tuple[Any, ...],
             p.join(timeout=timeout_s)
     finally:
         _terminate(procs)
+        del store
     return results
 
 
