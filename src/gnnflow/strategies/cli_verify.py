@@ -35,7 +35,8 @@ def verifier(strategy: str) -> Any:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--strategy", required=True, help=f"one of {', '.join(STRATEGIES)}")
     parser.add_argument("--workers", type=int, default=4, help="number of ranks (default 4)")
-    parser.add_argument("--model", default="sage", choices=MODELS)
+    parser.add_argument("--model", default=None, choices=MODELS,
+                        help="model to check (default: the strategy's own, e.g. gcn for fullbatch/dgcl, sage otherwise)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", action="store_true", help="print the whole result as one JSON object")
 
@@ -47,7 +48,12 @@ def _fmt(d: dict[str, float]) -> str:
 def main(args: argparse.Namespace) -> int:
     if args.workers < 1:
         raise ConfigError(f"--workers must be >= 1, got {args.workers}")
-    result = verifier(args.strategy)(args.workers, model=args.model, seed=args.seed)
+    fn = verifier(args.strategy)
+    if args.model is None:
+        import inspect
+
+        args.model = inspect.signature(fn).parameters["model"].default
+    result = fn(args.workers, model=args.model, seed=args.seed)
     if args.json:
         print(json.dumps(result, sort_keys=True, default=float))
     else:

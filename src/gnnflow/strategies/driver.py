@@ -123,8 +123,17 @@ def _truncate_records(run_dir: Path, last_epoch: int) -> None:
 def _rank_main(ctx: RankContext, cfg_dict: dict[str, Any]) -> list[EpochRecord]:
     """One rank's training loop; returns (on rank 0) every rank's records."""
     cfg = TrainConfig.from_dict(cfg_dict)
-    run_dir = cfg.run_dir
     strategy: Strategy = strategy_class(cfg.strategy)(cfg, ctx)
+    try:
+        return _train(strategy, cfg, ctx)
+    finally:
+        close = getattr(strategy, "close", None)
+        if callable(close):
+            close()  # e.g. DistDGL's servers, DGCL's shared-memory tables
+
+
+def _train(strategy: Strategy, cfg: TrainConfig, ctx: RankContext) -> list[EpochRecord]:
+    run_dir = cfg.run_dir
     strategy.prepare()
     start = 0
     if cfg.resume and run_dir is not None and (run_dir / CKPT).exists():
