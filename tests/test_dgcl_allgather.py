@@ -46,7 +46,8 @@ def _check_one(ctx, tables, num_nodes: int, dim: int) -> dict:
     if table.planner == "swap":
         close_swap(table)
     return {"planner": table.planner, "fwd": fwd_ok, "bwd": bwd_ok,
-            "relay": int(getattr(table, "relay_ids", np.zeros(0)).shape[0]), "sent": stats.comm.total_sent}
+            "relay": int(getattr(table, "relay_ids", np.zeros(0)).shape[0]), "sent": stats.comm.total_sent,
+            "received": stats.comm.total_received, "halo_bytes": int(table.halo_ids.shape[0]) * dim * 4}
 
 
 def _run(cases: list[tuple[str, object]], parts: int, seed: int = 0) -> list[list[dict]]:
@@ -62,8 +63,11 @@ def _assert_exact(results: list[list[dict]]) -> None:
     for res in results:
         assert all(r["fwd"] for r in res), res
         assert all(r["bwd"] for r in res), res
-        if res[0]["planner"] != "swap":
-            assert sum(r["sent"] for r in res) > 0
+        assert sum(r["sent"] for r in res) > 0
+        if res[0]["planner"] == "swap":
+            # through host memory: every halo row once forward, its gradient once back
+            halo = sum(r["halo_bytes"] for r in res)
+            assert sum(r["sent"] for r in res) == sum(r["received"] for r in res) == 2 * halo
 
 
 def test_allgather_exact_2_ranks() -> None:

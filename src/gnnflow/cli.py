@@ -67,9 +67,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     module_name, help_text = COMMANDS[top.command]
     module = importlib.import_module(module_name)
-    sub = argparse.ArgumentParser(prog=f"gnnflow {top.command}", description=help_text)
+    passthrough = getattr(module, "ACCEPTS_EXTRA", False)
+    # a pass-through command leaves -h to the parser of what it dispatches to
+    sub = argparse.ArgumentParser(prog=f"gnnflow {top.command}", description=help_text, add_help=not passthrough)
     module.add_arguments(sub)
-    if getattr(module, "ACCEPTS_EXTRA", False):
+    if passthrough:
         # e.g. `gnnflow bench NAME ...`: the module parses the rest with its own options
         args, extra = sub.parse_known_args(rest)
         args.extra = extra

@@ -52,12 +52,17 @@ def machine() -> dict[str, Any]:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("name", choices=sorted(BENCHES), help="which benchmark")
+    parser.add_argument("name", nargs="?", choices=sorted(BENCHES), help="which benchmark")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of a summary line")
     parser.epilog = "benchmarks: " + "; ".join(f"{k}: {v[1]}" for k, v in BENCHES.items())
 
 
 def main(args: argparse.Namespace) -> int:
+    if args.name is None:
+        print("usage: gnnflow bench NAME [--json] [options]   (gnnflow bench NAME --help for its options)\n")
+        for name, (_module, help_text) in BENCHES.items():
+            print(f"  {name:14s} {help_text}")
+        return 0 if {"-h", "--help"} & set(args.extra) else 2
     # Re-parse with the chosen benchmark's own options.
     module_name, help_text = BENCHES[args.name]
     module = importlib.import_module(module_name)

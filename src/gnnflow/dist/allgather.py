@@ -187,10 +187,21 @@ class SwapTable:
     grad_read_pos: np.ndarray  # ... and the inner position each one belongs to
     planner: str = "swap"
     shm_dir: str | None = None
+    # rows read per owner (halo rows of this rank written by rank q), and rows of this
+    # rank read by each peer: the traffic through host memory, booked per peer
+    read_counts: np.ndarray | None = None
+    sent_counts: np.ndarray | None = None
 
     @property
     def num_local(self) -> int:
         return int(self.inner_ids.shape[0] + self.halo_ids.shape[0])
+
+    def book(self, comm: Any, row_bytes: int, backward: bool = False) -> None:
+        """Count one exchange in ``comm`` (a CommStats): forward rows go owner -> reader,
+        backward gradients reader -> owner."""
+        sent = (self.read_counts if backward else self.sent_counts) * row_bytes
+        recv = (self.sent_counts if backward else self.read_counts) * row_bytes
+        comm.add([int(b) for b in sent], [int(b) for b in recv])
 
     def nbytes(self) -> int:
         return self.read_slots.nbytes + self.grad_read_slots.nbytes + self.grad_read_pos.nbytes
@@ -209,13 +220,16 @@ def swap_tables(rel: CommRelation) -> list[SwapTable]:
     goff = np.r_[0, np.cumsum([h.shape[0] for h in halos])]
     all_halo = np.concatenate(halos) if halos else np.zeros(0, dtype=np.int64)
     halo_owner = node_part[all_halo]
+    # reads[r, q]: halo rows of rank r owned by rank q
+    reads = np.stack([np.bincount(node_part[h], minlength=p) for h in halos]) if p else np.zeros((0, 0))
     out = []
     for r in range(p):
         mine = np.flatnonzero(halo_owner == r)
         out.append(SwapTable(
             r, p, order[offsets[r]:offsets[r + 1]].astype(np.int64), halos[r], int(node_part.shape[0]),
             int(offsets[r]), slot[halos[r]], int(goff[-1]), int(goff[r]), mine.astype(np.int64),
-            (slot[all_halo[mine]] - offsets[r]).astype(np.int64)))
+            (slot[all_halo[mine]] - offsets[r]).astype(np.int64),
+            read_counts=reads[r].astype(np.int64), sent_counts=reads[:, r].astype(np.int64)))
     return out
 
 
@@ -291,9 +305,7 @@ class _SwapAllgather(torch.autograd.Function):
             stats._add_stage(stats.forward_stage_s, 0, t1 - t0)
             stats._add_stage(stats.forward_stage_s, 1, time.perf_counter() - t1)
             stats.calls += 1
-            bpr = dim * 4
-            stats.comm.add([n * bpr if q == table.rank else 0 for q in range(table.world_size)],
-                           [halo.shape[0] * bpr if q == table.rank else 0 for q in range(table.world_size)])
+            table.book(stats.comm, dim * local.element_size())
         return torch.cat([local, halo], 0)
 
     @staticmethod
@@ -309,6 +321,8 @@ class _SwapAllgather(torch.autograd.Function):
         dist.barrier()
         g = grad_out[:n].clone()
         g.index_add_(0, torch.from_numpy(table.grad_read_pos).to(grad_out.device), got)
+        if ctx.stats is not None:
+            table.book(ctx.stats.comm, dim * grad_out.element_size(), backward=True)
         return g, None, None
 
 

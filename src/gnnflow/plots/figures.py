@@ -36,6 +36,11 @@ BREAKDOWN = [
 ]
 
 
+def _rotate_labels(ax: plt.Axes) -> None:
+    ax.tick_params(axis="x", labelsize=7)
+    plt.setp(ax.get_xticklabels(), rotation=30, ha="right", rotation_mode="anchor")
+
+
 def _label(row: pd.Series) -> str:
     label = f"{row['strategy']} ×{int(row['workers'])}"
     if isinstance(row.get("cfg_partition"), str) and row.get("cfg_partition"):
@@ -86,7 +91,7 @@ def epoch_breakdown(table: pd.DataFrame, spec: dict[str, Any]) -> plt.Figure:
             ax.bar(runs["label"], runs[col], bottom=bottom, label=label)
             bottom = bottom + runs[col]
     ax.set_ylabel("time per epoch (s), slowest rank")
-    ax.tick_params(axis="x", rotation=30, labelsize=7)
+    _rotate_labels(ax)
     ax.legend(fontsize=7)
     return fig
 
@@ -99,7 +104,7 @@ def epoch_time(table: pd.DataFrame, spec: dict[str, Any]) -> plt.Figure:
     ax.set_ylabel("epoch time (s)")
     if spec.get("options", {}).get("logy"):
         ax.set_yscale("log")
-    ax.tick_params(axis="x", rotation=30, labelsize=7)
+    _rotate_labels(ax)
     return fig
 
 
@@ -114,7 +119,7 @@ def counters(table: pd.DataFrame, spec: dict[str, Any]) -> plt.Figure:
     for ax, col in zip(axes[0], columns, strict=True):
         ax.bar(runs["label"], runs[col])
         ax.set_title(col.replace("_", " ") + " per epoch", fontsize=9)
-        ax.tick_params(axis="x", rotation=30, labelsize=7)
+        _rotate_labels(ax)
         if spec.get("options", {}).get("logy"):
             ax.set_yscale("log")
     return fig

@@ -80,16 +80,19 @@ def read_table(path: str | Path) -> pd.DataFrame:
 
 
 def per_run_epoch(table: pd.DataFrame) -> pd.DataFrame:
-    """Collapse ranks: the slowest rank's time and the summed counters per run and epoch."""
+    """Collapse ranks per run and epoch: the slowest rank's times, the summed counters,
+    and the mean of the strategy extras (``x_*``: per-rank rates, ratios, sizes)."""
     keys = [c for c in ("run_id", "strategy", "dataset", "model", "workers", "epoch") if c in table]
     time_cols = [c for c in table if c.startswith("time_")]
     acc_cols = [c for c in ("loss", "train_acc", "val_acc", "test_acc") if c in table]
     numeric = table.select_dtypes("number").columns
-    count_cols = [c for c in numeric if c not in time_cols + acc_cols + keys + ["rank", "seed"]]
+    extra_cols = [c for c in numeric if c.startswith("x_")]
+    count_cols = [c for c in numeric if c not in time_cols + acc_cols + extra_cols + keys + ["rank", "seed"]]
     cfg_cols = [c for c in table if c.startswith("cfg_")]
     grouped = table.groupby(keys, dropna=False)
     parts = [grouped[cols].agg(how) for cols, how in
-             ((time_cols, "max"), (acc_cols, "mean"), (count_cols, "sum"), (cfg_cols, "first")) if cols]
+             ((time_cols, "max"), (acc_cols, "mean"), (count_cols, "sum"), (extra_cols, "mean"),
+              (cfg_cols, "first")) if cols]
     return pd.concat(parts, axis=1).reset_index()
 
 
