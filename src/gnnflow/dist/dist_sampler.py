@@ -37,11 +37,11 @@ import torch
 
 from gnnflow.dist.comm import CommStats, alltoallv, world
 from gnnflow.errors import ConfigError
-from gnnflow.sampling import Block, NeighborSampler, csr_sample_neighbors
-from gnnflow.sampling.neighbor import _Relabeler
+from gnnflow.sampling import NeighborSampler, csr_sample_neighbors
+from gnnflow.sampling.neighbor import LayerwiseSampler, _Relabeler
 
 
-class DistNeighborSampler:
+class DistNeighborSampler(LayerwiseSampler):
     """Multi-layer uniform neighbour sampler over a partitioned graph (collective).
 
     Same contract as :class:`gnnflow.sampling.NeighborSampler`: ``fanouts[i]``
@@ -117,28 +117,6 @@ class DistNeighborSampler:
         src = np.concatenate([own_src, rsrc])
         perm = np.argsort(edge_dst, kind="stable")
         return counts, src[perm]
-
-    def sample_layer(self, frontier: np.ndarray | torch.Tensor, fanout: int) -> tuple[Block, torch.Tensor]:
-        """One layer for destinations ``frontier`` (unique ids); returns ``(block, block.src_ids)``."""
-        dst = frontier.numpy() if isinstance(frontier, torch.Tensor) else np.asarray(frontier)
-        dst = dst.astype(np.int64, copy=False)
-        counts, src = self.sample_neighbors(dst, fanout)
-        src_ids, local = self._relabel(dst, src)
-        indptr = np.zeros(dst.shape[0] + 1, dtype=np.int64)
-        np.cumsum(counts, out=indptr[1:])
-        block = Block(dst_ids=torch.from_numpy(np.array(dst, copy=True)), src_ids=torch.from_numpy(src_ids),
-                      indptr=torch.from_numpy(indptr), indices=torch.from_numpy(local))
-        return block, block.src_ids
-
-    def sample_blocks(self, targets: np.ndarray | torch.Tensor) -> list[Block]:
-        """Blocks for one mini-batch, input layer first.  Collective."""
-        frontier: np.ndarray | torch.Tensor = targets
-        blocks: list[Block] = []
-        for fanout in reversed(self.fanouts):
-            block, frontier = self.sample_layer(frontier, fanout)
-            blocks.append(block)
-        blocks.reverse()
-        return blocks
 
 
 def make_sampler(part: Any, node_part: np.ndarray, fanouts: Sequence[int], seed: int,

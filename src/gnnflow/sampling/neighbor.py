@@ -163,7 +163,47 @@ class _Relabeler:
         return np.concatenate([dst_ids, new]), local_uniq[inv.reshape(-1)]
 
 
-class NeighborSampler:
+class LayerwiseSampler:
+    """Layer-wise sampling on top of one step, ``sample_neighbors(dst, fanout) -> (counts,
+    src)`` (per destination, how many sources it got, and the sources in CSR order).
+
+    Subclasses set ``fanouts``, ``_relabel`` (a :class:`_Relabeler`) and define
+    ``sample_neighbors``; the blocks are assembled here, the same for every sampler.
+    """
+
+    fanouts: list[int]
+    _relabel: _Relabeler
+
+    def sample_neighbors(self, dst: np.ndarray, fanout: int) -> tuple[np.ndarray, np.ndarray]:
+        raise NotImplementedError
+
+    def sample_layer(self, frontier: np.ndarray | torch.Tensor, fanout: int) -> tuple[Block, torch.Tensor]:
+        """Sample one layer for destinations ``frontier`` (unique ids); return ``(block, block.src_ids)``."""
+        dst = _as_np(frontier).astype(np.int64, copy=False)
+        counts, src = self.sample_neighbors(dst, int(fanout))
+        src_ids, local = self._relabel(dst, src)
+        indptr = np.zeros(dst.shape[0] + 1, dtype=np.int64)
+        np.cumsum(counts, out=indptr[1:])
+        block = Block(
+            dst_ids=torch.from_numpy(np.array(dst, copy=True)),
+            src_ids=torch.from_numpy(src_ids),
+            indptr=torch.from_numpy(indptr),
+            indices=torch.from_numpy(local),
+        )
+        return block, block.src_ids
+
+    def sample_blocks(self, targets: np.ndarray | torch.Tensor) -> list[Block]:
+        """Blocks for one mini-batch, ordered input -> output (``blocks[-1].dst_ids == targets``)."""
+        frontier: np.ndarray | torch.Tensor = targets
+        blocks: list[Block] = []
+        for fanout in reversed(self.fanouts):
+            block, frontier = self.sample_layer(frontier, fanout)
+            blocks.append(block)
+        blocks.reverse()
+        return blocks
+
+
+class NeighborSampler(LayerwiseSampler):
     """Multi-layer uniform neighbour sampler producing DGL-style blocks.
 
     ``fanouts[i]`` is the fanout of ``blocks[i]`` (input layer first), as in
@@ -190,31 +230,10 @@ class NeighborSampler:
         self.rng = np.random.default_rng(seed)
         self._relabel = _Relabeler(self.num_nodes)
 
-    def sample_layer(self, frontier: np.ndarray | torch.Tensor, fanout: int) -> tuple[Block, torch.Tensor]:
-        """Sample one layer for destinations ``frontier`` (unique ids); return ``(block, block.src_ids)``."""
-        dst = _as_np(frontier).astype(np.int64, copy=False)
-        eid, counts = sample_edge_positions(self.indptr, dst, int(fanout), self.rng)
-        src = np.asarray(self.indices[eid], dtype=np.int64)
-        src_ids, local = self._relabel(dst, src)
-        indptr = np.zeros(dst.shape[0] + 1, dtype=np.int64)
-        np.cumsum(counts, out=indptr[1:])
-        block = Block(
-            dst_ids=torch.from_numpy(np.array(dst, copy=True)),
-            src_ids=torch.from_numpy(src_ids),
-            indptr=torch.from_numpy(indptr),
-            indices=torch.from_numpy(local),
-        )
-        return block, block.src_ids
-
-    def sample_blocks(self, targets: np.ndarray | torch.Tensor) -> list[Block]:
-        """Blocks for one mini-batch, ordered input -> output (``blocks[-1].dst_ids == targets``)."""
-        frontier: np.ndarray | torch.Tensor = targets
-        blocks: list[Block] = []
-        for fanout in reversed(self.fanouts):
-            block, frontier = self.sample_layer(frontier, fanout)
-            blocks.append(block)
-        blocks.reverse()
-        return blocks
+    def sample_neighbors(self, dst: np.ndarray, fanout: int) -> tuple[np.ndarray, np.ndarray]:
+        """Uniform sampling without replacement from the whole CSR."""
+        eid, counts = sample_edge_positions(self.indptr, dst, fanout, self.rng)
+        return counts, np.asarray(self.indices[eid], dtype=np.int64)
 
 
 def full_blocks(indptr: np.ndarray | torch.Tensor, indices: np.ndarray | torch.Tensor, num_layers: int) -> list[Block]:
