@@ -40,17 +40,14 @@ Rows = np.ndarray | torch.Tensor
 
 
 def _rows_tensor(table: Rows, pos: np.ndarray) -> torch.Tensor:
-    """``table[pos]`` as a contiguous float tensor (sorted gather for memory maps)."""
+    """``table[pos]`` as a contiguous float tensor (one gather; works on memory maps)."""
     if isinstance(table, torch.Tensor):
         return table[torch.from_numpy(pos)]
     if pos.shape[0] == 0:
         return torch.empty((0, *table.shape[1:]), dtype=torch.float32)
-    # gather in ascending order from the memory map (sequential page access), then undo
-    order = np.argsort(pos, kind="stable")
-    rows = np.asarray(table[pos[order]], dtype=np.float32)
-    out = np.empty_like(rows)
-    out[order] = rows
-    return torch.from_numpy(out)
+    # np.take gathers straight from the memory map into a new array (no view, no
+    # extra copy); once a shard's pages are resident this is a plain memory gather
+    return torch.from_numpy(np.asarray(np.take(table, pos, axis=0), dtype=np.float32))
 
 
 def _advise_random(table: Rows) -> None:
@@ -119,9 +116,11 @@ class FeatureStore:
         owner = self.owners(ids_np) if n else np.zeros(0, dtype=np.int64)
         local = owner == self.rank
         lpos = np.flatnonzero(local)
-        if lpos.size:
+        if lpos.size == n and n:  # all local (e.g. one rank): the gather is the answer
+            out = _rows_tensor(self.table, self.part.global_to_local(ids_np))
+        elif lpos.size:
             inner = self.part.global_to_local(ids_np[lpos])
-            out[torch.from_numpy(lpos)] = _rows_tensor(self.table, inner)
+            out.index_copy_(0, torch.from_numpy(lpos), _rows_tensor(self.table, inner))
         remote = np.flatnonzero(~local)
         hits = 0
         if remote.size and self.cache_ids.size:
@@ -173,7 +172,7 @@ class FeatureStore:
         targets = torch.split(torch.from_numpy(dest[order]), counts.tolist())
         for idx, got in zip(targets, rows, strict=True):
             if idx.numel():
-                out[idx] = got
+                out.index_copy_(0, idx, got)
 
     # -- cache -------------------------------------------------------------------
     def build_cache(self, candidate_ids: np.ndarray, candidate_counts: np.ndarray, capacity: int) -> int:

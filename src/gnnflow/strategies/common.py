@@ -46,8 +46,13 @@ def seed_everything(seed: int) -> None:
 
 
 def make_optimizer(model: torch.nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
-    """Adam with the configured learning rate and weight decay."""
-    return torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    """Adam with the configured learning rate and weight decay.
+
+    The fused implementation (one kernel for all parameters, CPU and CUDA) issues
+    a handful of operators per step instead of ~10 per parameter tensor, which
+    matters when a sampling thread shares the interpreter (fewer GIL hand-offs).
+    """
+    return torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay, fused=True)
 
 
 def batch_generator(seed: int) -> torch.Generator:

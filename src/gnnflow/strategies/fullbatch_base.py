@@ -87,12 +87,10 @@ class FullBatchBase(Strategy):
         self.split_totals = {k: int(totals[i].item()) for i, k in enumerate(SPLITS)}
 
     def build_optimizer(self) -> torch.optim.Optimizer:
-        """``strategies.common.make_optimizer(model, cfg)`` (Adam, MG-GCN §6.1) when available."""
+        """``strategies.common.make_optimizer(model, cfg)`` (Adam, MG-GCN §6.1)."""
+        from gnnflow.strategies.common import make_optimizer
+
         assert self.model is not None
-        try:
-            from gnnflow.strategies.common import make_optimizer
-        except ImportError:  # the shared helper is not there yet
-            return torch.optim.Adam(self.model.parameters(), lr=self.cfg.lr, weight_decay=self.cfg.weight_decay)
         return make_optimizer(self.model, self.cfg)
 
     # ----- hooks ---------------------------------------------------------------------------
