@@ -65,11 +65,35 @@ def test_homophily_knob(h):
     assert abs(same - expected) < 0.05
 
 
+def test_train_classes_concentrates_training_split():
+    d = _small(num_classes=8, train_frac=0.05, train_classes=2)
+    labels, n = d["labels"], 3000
+    assert d["train_idx"].shape[0] == round(0.05 * n)
+    assert set(np.unique(labels[d["train_idx"]])) == {0, 1}
+    # validation and test come from all classes and the three splits still cover every vertex once
+    assert np.unique(labels[d["val_idx"]]).shape[0] == 8
+    splits = np.concatenate([d["train_idx"], d["val_idx"], d["test_idx"]])
+    assert np.array_equal(np.sort(splits), np.arange(n))
+    assert d["val_idx"].shape[0] == round(DEFAULTS["val_frac"] * n)
+    assert d["meta"]["generator"]["train_classes"] == 2
+
+
+def test_train_classes_all_equals_default_split():
+    a, b = _small(), _small(train_classes=4)
+    for k in ("train_idx", "val_idx", "test_idx", "indices", "features"):
+        assert np.array_equal(a[k], b[k])
+    assert "train_classes" not in a["meta"]["generator"]
+
+
 def test_bad_options():
     with pytest.raises(ConfigError, match="--homophily"):
         _small(homophily=1.5)
     with pytest.raises(ConfigError, match="--train-frac"):
         _small(train_frac=0.9, val_frac=0.2)
+    with pytest.raises(ConfigError, match="--train-classes must be in"):
+        _small(train_classes=5)
+    with pytest.raises(ConfigError, match="--train-classes 1: classes 0..0 hold"):
+        _small(train_classes=1, train_frac=0.5, val_frac=0.1)
 
 
 def _ridge_accuracy(x, y, train, test, lam=1.0):

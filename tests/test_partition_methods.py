@@ -47,6 +47,20 @@ def test_pymetis_single_constraint_is_worse_on_train(synth, tmp_path):
     assert single.quality["balance"]["train"] > multi.quality["balance"]["train"]
 
 
+def test_pymetis_loses_train_balance_on_concentrated_train_set(tmp_path):
+    """Training vertices in 2 of 8 communities (papers100M-like): only multi-constraint keeps them spread."""
+    from gnnflow.data.synthetic import prepare_synthetic
+
+    g = prepare_synthetic(tmp_path / "g", num_nodes=6000, avg_degree=10, feature_dim=4, num_classes=8,
+                          train_frac=0.05, train_classes=2)
+    multi = partition_graph(g, "metis", 8, tmp_path / "a", constraints=["vertices", "train", "edges"])
+    single = partition_graph(g, "metis", 8, tmp_path / "b", constraints=["vertices", "train", "edges"],
+                             backend="pymetis")
+    assert max(multi.quality["balance"].values()) <= 1.05, multi.quality["balance"]
+    assert single.quality["balance"]["vertices"] <= 1.05
+    assert single.quality["balance"]["train"] > 1.5, single.quality["balance"]
+
+
 def test_metis_bad_constraint_no_output(synth, tmp_path):
     with pytest.raises(ConfigError, match="unknown balance constraint 'nope'"):
         partition_graph(synth, "metis", 4, tmp_path / "x", constraints=["vertices", "nope"])

@@ -65,6 +65,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--train-frac", type=float, default=DEFAULTS["train_frac"])
     p.add_argument("--val-frac", type=float, default=DEFAULTS["val_frac"])
     p.add_argument("--power-law-exponent", type=float, default=DEFAULTS["power_law_exponent"])
+    p.add_argument("--train-classes", type=int, default=None, metavar="K",
+                   help="draw the training split only from classes 0..K-1 (K communities), like "
+                        "ogbn-papers100M's labelled region; default: uniform over all vertices")
 
     p = sub.add_parser("synthetic-hetero", help="small ogbn-mag-shaped typed graph")
     _common(p)
@@ -152,7 +155,7 @@ def prepare(args: argparse.Namespace) -> Any:
             feature_dim=args.feature_dim, num_classes=args.classes, homophily=args.homophily,
             train_frac=args.train_frac, seed=args.seed, val_frac=args.val_frac,
             feature_signal=args.feature_signal, power_law_exponent=args.power_law_exponent,
-            **common,
+            train_classes=args.train_classes, **common,
         )
     if src == "synthetic-hetero":
         from gnnflow.data.hetero_synthetic import prepare_synthetic_hetero
