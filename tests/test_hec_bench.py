@@ -30,3 +30,49 @@ def test_bench_hec_reports_bytes_ratio_per_nc(tiny_store, tiny_book):
     assert 0 < by_nc[5]["remote_bytes"] < by_nc[50]["remote_bytes"]
     assert out["ratio"] == pytest.approx(by_nc[50]["remote_bytes"] / out["data_remote_feature_bytes"])
     assert "nc=50" in out["summary"] and len(by_nc[50]["hit_rates"]) == 2
+
+
+def _args(argv):
+    from gnnflow.bench import hec
+
+    parser = argparse.ArgumentParser()
+    hec.add_arguments(parser)
+    return parser.parse_args(argv)
+
+
+def test_bench_hec_presets_fill_only_unset_options():
+    from gnnflow.bench.hec import resolve_preset
+    from gnnflow.errors import ConfigError
+
+    paper = resolve_preset(_args(["--preset", "paper", "--hidden", "32"]))
+    assert (paper.batch_size, paper.fanouts, paper.hidden) == (1000, "5,10,15", 32)
+    assert (paper.feature_dim, paper.train_frac, paper.avg_degree, paper.nodes) == (128, 0.01, 29.0, 1_000_000)
+    small = resolve_preset(_args([]))
+    assert (small.batch_size, small.fanouts, small.hidden, small.nodes, small.feature_dim) == (512, "10,10", 64,
+                                                                                               32_768, 32)
+    with pytest.raises(ConfigError, match="--feature-dim"):
+        resolve_preset(_args(["--graph", "g", "--feature-dim", "8"]))
+
+
+def test_bench_hec_generated_graph_counts_rows_exactly():
+    """A generated graph of the given shape; with nc=1 every push is one row per peer and layer."""
+    from gnnflow.bench import hec
+
+    feature_dim, hidden = 16, 8
+    out = hec.run(_args(["--nodes", "2000", "--feature-dim", str(feature_dim), "--train-frac", "0.1",
+                         "--workers", "2", "--epochs", "1", "--repeat", "1", "--nc", "1", "--batch-size", "16",
+                         "--fanouts", "5,5", "--hidden", str(hidden)]))
+    assert out["settings"]["feature_dim"] == feature_dim and out["settings"]["nodes"] == 2000
+    # data-parallel moves whole 16-float feature rows, plus request ids and sampling
+    assert out["data_remote_feature_bytes"] > 0 and out["data_remote_feature_bytes"] % (4 * feature_dim) == 0
+    assert out["data_remote_bytes_all"] > out["data_remote_feature_bytes"]
+    m = out["iterations"]  # ceil(~100 training vertices per rank / 16)
+    assert m >= 5
+    (p,) = out["hec"]
+    # each rank receives, in each of the M - d (d=1) iterations that push, at each layer: one row
+    # (embedding + 2 float columns of int64 tag) and one int64 row count
+    per_push = (4 * (feature_dim + 2) + 8) + (4 * (hidden + 2) + 8)
+    assert p["remote_bytes"] == 2 * (m - 1) * per_push
+    assert p["ratio"] == pytest.approx(p["remote_bytes"] / out["data_remote_feature_bytes"])
+    assert p["ratio_all"] < p["ratio"]
+    assert p["ratio_steady"] == pytest.approx(p["ratio"] * m / (m - 1))

@@ -10,11 +10,29 @@ data-parallel then HEC, each a fresh set of ranks):
 * **HEC** (``--strategy hec``): samples locally, fetches nothing, and pushes at
   most ``nc`` solid-vertex embeddings per remote rank and layer (AEP).
 
-Per epoch it sums over ranks the bytes received from other ranks and takes
-the slowest rank's epoch time; figures are medians over epochs and rounds.
-The headline ratio is HEC's remote bytes over data-parallel's remote *feature*
-bytes (the fetches HEC replaces); data-parallel's sampling bytes and both
-strategies' gradient all-reduce (the same size in both) are reported apart.
+Per epoch it sums over ranks the bytes received from other ranks; figures are
+medians over epochs and rounds.  The headline ratio is HEC's remote bytes
+(pushed rows with their tags and row counts: everything HEC receives) over
+data-parallel's remote *feature* bytes (the feature rows alone, without their
+request ids or the sampling traffic): the conservative one, since it can only
+overstate HEC's share.  The ratio over everything data-parallel receives
+(feature rows, request ids, remote sampling) is reported next to it; the
+gradient all-reduce, the same size in both, is left out of both.  Algorithm 2
+drains the push pipeline at each epoch end (no push in the last ``d`` of the
+``M`` iterations), so ``ratio_steady = ratio x M / (M - d)`` is also given: the
+per-iteration ratio, which a short epoch would otherwise understate.
+
+Epoch time is the slowest rank's, averaged over a run's epochs (data-parallel's
+asynchronous pipeline samples ahead across epoch boundaries, so its single
+epochs are not comparable), then the median over rounds.
+
+Presets (``--preset``): ``small`` (default) is the default synthetic graph
+(32,768 vertices, 32 features, half of them training vertices) with batch 512,
+fanouts 10,10, hidden 64; ``paper`` is DistGNN-MB's model (§4.2 Table 2:
+batch 1000, fanouts 5,10,15, hidden 256, i.e. 3 GraphSAGE layers) on a
+synthetic graph shaped like OGBN-Papers100M (128 features, 1 % training
+vertices, mean degree 29) with 1M vertices.  Options given explicitly
+override the preset's values.
 """
 
 from __future__ import annotations
@@ -26,26 +44,62 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from gnnflow.data.synthetic import DEFAULTS as SYNTHETIC
 from gnnflow.dist.launch import run_ranks
+
+#: ``--preset``: graph (generated when no ``--graph``) and model settings; explicit options win.
+PRESETS: dict[str, dict[str, Any]] = {
+    # the default synthetic graph and the model every small test here uses
+    "small": {"nodes": SYNTHETIC["num_nodes"], "avg_degree": SYNTHETIC["avg_degree"],
+              "feature_dim": SYNTHETIC["feature_dim"], "train_frac": SYNTHETIC["train_frac"],
+              "batch_size": 512, "fanouts": "10,10", "hidden": 64},
+    # DistGNN-MB §4.2 Table 2 (batch 1000, fanouts 5,10,15, hidden 256, 2 hidden layers) on an
+    # OGBN-Papers100M-shaped graph (Table 1: 128 features, ~1.1 % training vertices, mean degree 29)
+    "paper": {"nodes": 1_000_000, "avg_degree": 29.0, "feature_dim": 128, "train_frac": 0.01,
+              "batch_size": 1000, "fanouts": "5,10,15", "hidden": 256},
+}
+GRAPH_KEYS = ("nodes", "avg_degree", "feature_dim", "train_frac")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--graph", help="graph store (default: the default synthetic graph, generated)")
+    parser.add_argument("--preset", choices=sorted(PRESETS), default="small",
+                        help="small: default synthetic graph, batch 512, fanouts 10,10, hidden 64 (default); "
+                             "paper: DistGNN-MB's batch 1000, fanouts 5,10,15, hidden 256 on a "
+                             "1M-vertex papers100M-shaped synthetic graph (128 features, 1%% training)")
+    parser.add_argument("--graph", help="graph store (default: a synthetic graph of the preset, generated)")
     parser.add_argument("--partition", help="partition book with --workers parts (default: metis on --graph)")
     parser.add_argument("--workers", type=int, default=4)
     parser.add_argument("--epochs", type=int, default=2, help="epochs per run")
     parser.add_argument("--repeat", type=int, default=2, help="rounds of (data-parallel, HEC)")
     parser.add_argument("--model", default="sage")
-    parser.add_argument("--batch-size", type=int, default=512)
-    parser.add_argument("--fanouts", default="10,10")
-    parser.add_argument("--hidden", type=int, default=64)
+    parser.add_argument("--batch-size", type=int, default=None, help="targets per rank and iteration (preset)")
+    parser.add_argument("--fanouts", default=None, help="fanouts, input layer first (preset)")
+    parser.add_argument("--hidden", type=int, default=None, help="hidden width (preset)")
     parser.add_argument("--nc", default="2000,500,200",
                         help="HEC push caps to compare; the first is the headline (default: the paper's 2000)")
     parser.add_argument("--opt", action="append", default=[], metavar="KEY=VALUE",
                         help="other HEC option (cs, ls, d), repeatable")
-    parser.add_argument("--nodes", type=int, default=None, help="vertices of the generated synthetic graph")
+    parser.add_argument("--nodes", type=int, default=None, help="vertices of the generated synthetic graph (preset)")
+    parser.add_argument("--avg-degree", type=float, default=None, help="its mean degree (preset)")
+    parser.add_argument("--feature-dim", type=int, default=None, help="its feature width (preset)")
+    parser.add_argument("--train-frac", type=float, default=None, help="its fraction of training vertices (preset)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds per run")
+
+
+def resolve_preset(args: argparse.Namespace) -> argparse.Namespace:
+    """Fill the options left unset from ``--preset``; graph options only make sense without ``--graph``."""
+    from gnnflow.errors import ConfigError
+
+    if args.graph is not None:
+        given = [k for k in GRAPH_KEYS if getattr(args, k) is not None]
+        if given:
+            flags = ", ".join("--" + k.replace("_", "-") for k in given)
+            raise ConfigError(f"{flags}: options of the generated graph; drop them or drop --graph")
+    for key, value in PRESETS[args.preset].items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
+    return args
 
 
 def train_rank(ctx: Any, cfg_dict: dict[str, Any], epochs: int, evaluate: bool = False) -> list[dict[str, Any]]:
@@ -100,6 +154,7 @@ def run_strategy(strategy: str, graph: str, partition: str, workers: int, epochs
             "bytes_received": total("bytes_received"),
             "sample_bytes": total("sample_bytes_received"),
             "iterations": total("iterations") / workers,
+            "d": float(recs[0]["extra"].get("d", 0.0)),
             "fwd_s": max(r["extra"].get("fwd_s", 0.0) for r in recs),
             "allreduce_s": max(r["times"].get("allreduce", 0.0) for r in recs),
             "hit_rates": [statistics.fmean(r["extra"][k] for r in recs)
@@ -121,6 +176,7 @@ def _parse_opts(items: list[str]) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
+    args = resolve_preset(args)
     tmp = tempfile.mkdtemp(prefix="gnnflow-bench-hec-")
     try:
         graph = args.graph
@@ -128,7 +184,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             from gnnflow.data.synthetic import prepare_synthetic
 
             graph = str(Path(tmp) / "synthetic")
-            prepare_synthetic(graph, seed=args.seed, **({"num_nodes": args.nodes} if args.nodes else {}))
+            prepare_synthetic(graph, num_nodes=args.nodes, avg_degree=args.avg_degree,
+                              feature_dim=args.feature_dim, train_frac=args.train_frac, seed=args.seed)
         partition = args.partition
         if partition is None:
             from gnnflow.partition.api import partition_graph
@@ -137,42 +194,57 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             partition_graph(graph, "metis", args.workers, partition, seed=args.seed)
         hec_opts = _parse_opts(args.opt)
         caps = [int(v) for v in str(args.nc).split(",")]
-        runs: dict[str, list[dict[str, Any]]] = {"data": [], **{f"hec_nc{c}": [] for c in caps}}
+        runs: dict[str, list[list[dict[str, Any]]]] = {"data": [], **{f"hec_nc{c}": [] for c in caps}}
         for _ in range(args.repeat):
-            runs["data"] += run_strategy("data", graph, partition, args.workers, args.epochs, {}, args)
+            runs["data"].append(run_strategy("data", graph, partition, args.workers, args.epochs, {}, args))
             for c in caps:
-                runs[f"hec_nc{c}"] += run_strategy("hec", graph, partition, args.workers, args.epochs,
-                                                   {**hec_opts, "nc": c}, args)
+                runs[f"hec_nc{c}"].append(run_strategy("hec", graph, partition, args.workers, args.epochs,
+                                                        {**hec_opts, "nc": c}, args))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
     def med(which: str, key: str) -> float:
-        return float(statistics.median(r[key] for r in runs[which]))
+        return float(statistics.median(e[key] for r in runs[which] for e in r))
 
-    dp_feat, dp_all, t_dp = med("data", "remote_bytes"), med("data", "bytes_received"), med("data", "time_s")
+    def epoch_s(which: str) -> float:  # mean over a run's epochs, median over rounds
+        return float(statistics.median(statistics.fmean(e["time_s"] for e in r) for r in runs[which]))
+
+    dp_feat, dp_all, t_dp = med("data", "remote_bytes"), med("data", "bytes_received"), epoch_s("data")
+    iters = med("data", "iterations")
     per_nc = []
     for c in caps:
         key = f"hec_nc{c}"
-        layers = len(runs[key][0]["hit_rates"])
-        b, t = med(key, "remote_bytes"), med(key, "time_s")
-        per_nc.append({"nc": c, "remote_bytes": b, "ratio": b / dp_feat if dp_feat else float("nan"),
-                       "ratio_all": b / dp_all if dp_all else float("nan"), "epoch_s": t, "time_ratio": t / t_dp,
-                       "hit_rates": [statistics.median(r["hit_rates"][i] for r in runs[key]) for i in range(layers)]})
+        epochs = [e for r in runs[key] for e in r]
+        layers = len(epochs[0]["hit_rates"])
+        b, t, d = med(key, "remote_bytes"), epoch_s(key), med(key, "d")
+        ratio = b / dp_feat if dp_feat else float("nan")
+        per_nc.append({"nc": c, "remote_bytes": b, "ratio": ratio,
+                       "ratio_all": b / dp_all if dp_all else float("nan"),
+                       "ratio_steady": ratio * iters / (iters - d) if iters > d else float("nan"),
+                       "epoch_s": t, "time_ratio": t / t_dp,
+                       "hit_rates": [statistics.median(e["hit_rates"][i] for e in epochs) for i in range(layers)]})
     head = per_nc[0]
     meets = [p["nc"] for p in per_nc if p["ratio"] <= 0.3]
-    rows = "; ".join(f"nc={p['nc']}: {p['ratio']:.3f} ({p['remote_bytes'] / 2**20:.2f} MiB, time x{p['time_ratio']:.2f}, "
+    rows = "; ".join(f"nc={p['nc']}: {p['ratio']:.3f} (all {p['ratio_all']:.3f}, steady {p['ratio_steady']:.3f}, "
+                     f"{p['remote_bytes'] / 2**20:.2f} MiB, {p['epoch_s']:.2f}s/epoch x{p['time_ratio']:.2f}, "
                      f"hit " + "/".join(f"{h:.0%}" for h in p["hit_rates"]) + ")" for p in per_nc)
     return {
         "ratio": head["ratio"],
-        "ratio_name": f"remote bytes per epoch, HEC (nc={head['nc']}) / data-parallel remote feature fetching (median)",
-        "summary": (f"HEC/data-parallel remote bytes per epoch = {head['ratio']:.3f} at nc={head['nc']}; "
-                    f"data-parallel {dp_feat / 2**20:.2f} MiB features ({dp_all / 2**20:.2f} MiB with sampling), "
-                    f"{t_dp:.2f}s/epoch; {rows}; {args.workers} ranks, median of {args.repeat}x{args.epochs} epochs"),
+        "ratio_name": (f"remote bytes per epoch, HEC (nc={head['nc']}, everything received) / data-parallel "
+                       "remote feature rows (median)"),
+        "summary": (f"HEC/data-parallel remote bytes per epoch = {head['ratio']:.3f} at nc={head['nc']} "
+                    f"(HEC's received bytes / data-parallel's remote feature rows); "
+                    f"data-parallel {dp_feat / 2**20:.2f} MiB features ({dp_all / 2**20:.2f} MiB with ids and "
+                    f"sampling), {t_dp:.2f}s/epoch, {iters:g} iterations/epoch; {rows}; "
+                    f"preset {args.preset}, batch {args.batch_size}, fanouts {args.fanouts}, hidden {args.hidden}, "
+                    f"{args.workers} ranks, median of {args.repeat}x{args.epochs} epochs"),
         "data_remote_feature_bytes": dp_feat,
         "data_remote_bytes_all": dp_all,
         "data_epoch_s": t_dp,
+        "iterations": iters,
         "hec": per_nc,
         "nc_meeting_0.3": meets,
         "workers": args.workers,
+        "settings": {k: getattr(args, k) for k in ("preset", "batch_size", "fanouts", "hidden", *GRAPH_KEYS)},
         "runs": runs,
     }
