@@ -62,3 +62,34 @@ def test_bad_graph_dir(tmp_path):
     assert not (tmp_path / "out").exists()
     with pytest.raises(StoreError):
         PartitionBook.open(tmp_path / "g")
+
+
+def test_write_rows_in_chunks_from_memmap(tmp_path):
+    from gnnflow.partition.book import _write_rows
+
+    src = np.lib.format.open_memmap(tmp_path / "src.npy", mode="w+", dtype=np.float32, shape=(1000, 3))
+    src[:] = np.arange(3000, dtype=np.float32).reshape(1000, 3)
+    src.flush()
+    src = np.load(tmp_path / "src.npy", mmap_mode="r")
+    rows = np.sort(np.random.default_rng(0).choice(1000, 300, replace=False))
+    _write_rows(tmp_path / "out.npy", src, rows, chunk=64)  # 5 chunks, the last one partial
+    out = np.load(tmp_path / "out.npy", mmap_mode="r")
+    assert out.dtype == np.float32 and out.shape == (300, 3)
+    np.testing.assert_array_equal(out, src[rows])
+
+
+def test_constraint_weights_at_idx_width_match_int64(tiny_store):
+    from gnnflow.partition.constraints import constraint_weights
+    from gnnflow.partition.metis import as_idx
+
+    names = ["vertices", "train", "edges"]
+    w64 = constraint_weights(tiny_store, names)
+    w32 = constraint_weights(tiny_store, names, dtype=np.int32)
+    assert w32.dtype == np.int32 and w32.shape == (200, 3)
+    np.testing.assert_array_equal(w32, w64)
+    assert w64[:, 0].sum() == 200 and w64[:, 1].sum() == len(tiny_store.train_idx)
+    assert w64[:, 2].sum() == tiny_store.num_edges
+    # the memory-mapped int64 CSR converted chunk by chunk equals a plain cast
+    ix = as_idx(tiny_store.indices, np.int32, chunk=7)
+    assert ix.dtype == np.int32
+    np.testing.assert_array_equal(ix, np.asarray(tiny_store.indices))

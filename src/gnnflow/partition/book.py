@@ -282,6 +282,7 @@ def write_parts(tmp: Path, store: Any, node_part: np.ndarray, num_parts: int,
         d.mkdir()
         inner = np.ascontiguousarray(order[bounds[i]:bounds[i + 1]], dtype=np.int64)
         sub_indptr, nbrs = gather_rows(indptr, indices, inner)
+        release_pages(indptr, indices)  # a part's rows are spread over the whole CSR
         halo = np.unique(nbrs[node_part[nbrs] != i])
         local_map[inner] = np.arange(inner.shape[0])
         local_map[halo] = np.arange(inner.shape[0], inner.shape[0] + halo.shape[0])
@@ -309,9 +310,16 @@ def write_parts(tmp: Path, store: Any, node_part: np.ndarray, num_parts: int,
 
 
 def _write_rows(path: Path, src: np.ndarray, rows: np.ndarray, chunk: int = 1 << 16) -> None:
-    """Write ``src[rows]`` as a .npy file in chunks (bounded memory for big feature matrices)."""
-    out = np.lib.format.open_memmap(path, mode="w+", dtype=np.float32, shape=(rows.shape[0], src.shape[1]))
-    for s in range(0, rows.shape[0], chunk):
-        out[s:s + chunk] = src[rows[s:s + chunk]]
-    out.flush()
-    del out
+    """Write ``src[rows]`` as a float32 .npy file chunk by chunk.
+
+    Plain writes (not a writable memory map, whose dirty pages would count in
+    RSS) and the source's pages dropped after every chunk: RSS stays at one chunk.
+    """
+    header = {"descr": np.lib.format.dtype_to_descr(np.dtype(np.float32)), "fortran_order": False,
+              "shape": (int(rows.shape[0]), int(src.shape[1]))}
+    with open(path, "wb") as f:
+        np.lib.format.write_array_header_1_0(f, header)
+        for s in range(0, rows.shape[0], chunk):
+            block = np.ascontiguousarray(src[rows[s:s + chunk]], dtype=np.float32)
+            f.write(block.data)
+            release_pages(src)

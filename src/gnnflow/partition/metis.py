@@ -9,6 +9,14 @@ N×ncon weight array it silently reads the first N entries), so we call
 The width of ``idx_t`` (32 or 64 bit) is detected at load time by letting
 ``METIS_SetDefaultOptions`` fill a buffer of 64-bit zeros.  The graph given to
 METIS is symmetric and free of self-loops (a directed store is symmetrized).
+
+Memory: METIS gets ``idx_t`` arrays built chunk by chunk from the memory-mapped
+store (whose pages are dropped as they are read) and weights built at ``idx_t``
+width, so no int64 copy lives beside them during the call.  What remains is
+METIS's own: it keeps every coarsening level (adjacency and edge weights, at
+``idx_t`` width, allocating unit edge weights itself when given none), so its
+working memory is about ``8 * idx_bytes`` per adjacency entry times the number
+of levels that fail to shrink the edge count (docs/partitioning.md has figures).
 """
 
 from __future__ import annotations
@@ -91,6 +99,28 @@ def symmetric_edge_weights(indptr: np.ndarray, indices: np.ndarray, weights: np.
     return weights + weights[rev]
 
 
+def as_idx(arr: np.ndarray, idx: type, chunk: int = 1 << 22) -> np.ndarray:
+    """``arr`` as a contiguous ``idx`` array; a memory map of another dtype is converted
+    ``chunk`` entries at a time and its pages dropped as it goes (RSS: the copy only)."""
+    if isinstance(arr, np.ndarray) and arr.dtype == idx and arr.flags.c_contiguous:
+        return arr
+    from gnnflow.partition.book import release_pages
+
+    out = np.empty(arr.shape[0], dtype=idx)
+    for s in range(0, arr.shape[0], chunk):
+        out[s:s + chunk] = arr[s:s + chunk]
+        release_pages(arr)
+    return out
+
+
+def trim_heap() -> None:
+    """Hand the heap that METIS freed back to the OS (glibc keeps it otherwise)."""
+    try:
+        ctypes.CDLL(None).malloc_trim(0)
+    except (OSError, AttributeError):  # pragma: no cover - not glibc
+        pass
+
+
 def part_graph_kway(indptr: np.ndarray, indices: np.ndarray, num_parts: int, *,
                     vwgt: np.ndarray | None = None, adjwgt: np.ndarray | None = None,
                     ubvec: float | list[float] = 1.03, seed: int = 0, niter: int = 10,
@@ -107,11 +137,8 @@ def part_graph_kway(indptr: np.ndarray, indices: np.ndarray, num_parts: int, *,
     imax = np.iinfo(idx).max
     if indptr[-1] > imax:
         raise GnnflowError(f"graph has {int(indptr[-1])} edges, more than METIS's {np.dtype(idx).itemsize * 8}-bit idx_t holds")
-    from gnnflow.partition.book import release_pages
-
-    xadj = np.ascontiguousarray(indptr, dtype=idx)
-    adjncy = np.ascontiguousarray(indices, dtype=idx)
-    release_pages(indptr, indices)
+    xadj = as_idx(indptr, idx)
+    adjncy = as_idx(indices, idx)
     ncon = 1
     vw = None
     if vwgt is not None:
@@ -144,6 +171,8 @@ def part_graph_kway(indptr: np.ndarray, indices: np.ndarray, num_parts: int, *,
     status = lib.METIS_PartGraphKway(
         ctypes.byref(nvtxs), ctypes.byref(ncon_c), ptr(xadj), ptr(adjncy), ptr(vw), None, ptr(aw),
         ctypes.byref(nparts), None, ptr(ub), ptr(options), ctypes.byref(objval), ptr(part))
+    del xadj, adjncy, vw, aw
+    trim_heap()
     if status != 1:
         raise GnnflowError(f"METIS_PartGraphKway failed: {_STATUS.get(status, status)}")
     if part.min() < 0 or part.max() >= num_parts:
@@ -180,8 +209,6 @@ def metis_partition(store: Any, num_parts: int, seed: int = 0, *,
     from gnnflow.partition.constraints import constraint_weights, parse_constraints
 
     names = parse_constraints(constraints)
-    vw = constraint_weights(store, names) if vertex_weights is None else np.asarray(vertex_weights)
-    indptr, indices = metis_graph(store)
     if edge_weights is not None and store.meta.get("directed", False):
         raise ConfigError("edge weights on a directed store are not supported; homogenize/symmetrize it first")
     if imbalance < 1.0:
@@ -197,6 +224,10 @@ def metis_partition(store: Any, num_parts: int, seed: int = 0, *,
                         exc, names[0])
             backend = "pymetis"
             meta["fallback"] = f"pymetis single constraint ({names[0]}): {exc}"
+    # weights at METIS's idx_t width: no int64 copy beside METIS's own during the call
+    width = load_libmetis()[1] if backend == "libmetis" else np.int64
+    vw = constraint_weights(store, names, dtype=width) if vertex_weights is None else np.asarray(vertex_weights)
+    indptr, indices = metis_graph(store)
     if backend == "libmetis":
         lib, idx = load_libmetis()
         node_part, obj = part_graph_kway(indptr, indices, num_parts, vwgt=vw, adjwgt=edge_weights,
