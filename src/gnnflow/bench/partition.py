@@ -14,6 +14,11 @@ the runs alternate ours/DGL and repeat, and medians are reported.  RSS counts
 the pages of the memory-mapped store that a pipeline touches, so "peak RSS vs
 CSR+features size" is the honest whole-process figure; the RSS above the
 interpreter's baseline (after imports) is reported too.
+
+One more fresh process runs the METIS call alone on the arrays our pipeline
+hands it (``idx_t`` CSR and constraint weights, built the same way): its peak
+RSS, and the RSS METIS adds above those inputs, show how much of our peak is
+libmetis's own working memory, which no pipeline around it can avoid.
 """
 
 from __future__ import annotations
@@ -63,6 +68,8 @@ def worker(which: str, graph: str, parts: int, out: str, seed: int) -> dict[str,
     base = _current_rss_mib()
     t0 = time.perf_counter()
     store = open_store(graph, validate=False)
+    if which == "metis-alone":
+        return _metis_alone(store, parts, seed, base)
     if which == "ours":
         from gnnflow.partition.api import partition_graph
 
@@ -82,6 +89,23 @@ def worker(which: str, graph: str, parts: int, out: str, seed: int) -> dict[str,
     wall = time.perf_counter() - t0
     del np
     return {"wall_s": wall, "peak_rss_mib": _rss_mib(), "baseline_rss_mib": base}
+
+
+def _metis_alone(store: Any, parts: int, seed: int, base: float) -> dict[str, Any]:
+    """Only ``METIS_PartGraphKway`` on the inputs ``partition_graph(method="metis")`` builds."""
+    from gnnflow.partition.constraints import constraint_weights
+    from gnnflow.partition.metis import as_idx, load_libmetis, metis_graph, part_graph_kway
+
+    _, idx = load_libmetis()
+    vw = constraint_weights(store, ["vertices", "train", "edges"], dtype=idx)
+    indptr, indices = metis_graph(store)
+    xadj, adjncy = as_idx(indptr, idx), as_idx(indices, idx)
+    del indptr, indices
+    inputs = _current_rss_mib()
+    t0 = time.perf_counter()
+    part_graph_kway(xadj, adjncy, parts, vwgt=vw, seed=seed)
+    return {"wall_s": time.perf_counter() - t0, "peak_rss_mib": _rss_mib(), "baseline_rss_mib": base,
+            "inputs_rss_mib": inputs}
 
 
 def _run_once(which: str, graph: str, parts: int, seed: int, timeout: float) -> dict[str, Any]:
@@ -119,6 +143,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         for _ in range(args.repeat):
             for which in ("ours", "dgl"):
                 runs[which].append(_run_once(which, graph, args.parts, args.seed, args.timeout))
+        alone = _run_once("metis-alone", graph, args.parts, args.seed, args.timeout)
     finally:
         if tmpdir:
             shutil.rmtree(tmpdir, ignore_errors=True)
@@ -131,6 +156,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     above_ours = statistics.median(r["peak_rss_mib"] - r["baseline_rss_mib"] for r in runs["ours"])
     above_dgl = statistics.median(r["peak_rss_mib"] - r["baseline_rss_mib"] for r in runs["dgl"])
     ratio = t_ours / t_dgl
+    metis_peak, metis_own = alone["peak_rss_mib"], alone["peak_rss_mib"] - alone["inputs_rss_mib"]
     return {
         "ratio": ratio,
         "ratio_name": "wall time ours / dgl.distributed.partition_graph (metis), median",
@@ -138,7 +164,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     f"time ours/DGL = {ratio:.3f} ({t_ours:.2f}s vs {t_dgl:.2f}s); peak RSS ours "
                     f"{rss_ours:.0f} MiB = {rss_ours / size_mib:.2f}x CSR+features ({size_mib:.0f} MiB), "
                     f"DGL {rss_dgl:.0f} MiB = {rss_dgl / size_mib:.2f}x; above baseline ours "
-                    f"{above_ours:.0f} MiB, DGL {above_dgl:.0f} MiB; median of {args.repeat}"),
+                    f"{above_ours:.0f} MiB, DGL {above_dgl:.0f} MiB; median of {args.repeat}. "
+                    f"METIS call alone: peak {metis_peak:.0f} MiB = {metis_peak / size_mib:.2f}x, of which "
+                    f"{metis_own:.0f} MiB = {metis_own / size_mib:.2f}x is libmetis's working memory "
+                    f"above its input arrays"),
         "num_nodes": store.num_nodes,
         "num_edges": store.num_edges,
         "parts": args.parts,
@@ -151,13 +180,17 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "dgl_rss_over_graph": rss_dgl / size_mib,
         "ours_rss_above_baseline_mib": above_ours,
         "dgl_rss_above_baseline_mib": above_dgl,
-        "runs": runs,
+        "metis_alone_peak_rss_mib": metis_peak,
+        "metis_alone_rss_over_graph": metis_peak / size_mib,
+        "metis_working_mib": metis_own,
+        "metis_working_over_graph": metis_own / size_mib,
+        "runs": {**runs, "metis-alone": [alone]},
     }
 
 
 def _worker_main() -> int:
     p = argparse.ArgumentParser()
-    p.add_argument("--worker", choices=["ours", "dgl"], required=True)
+    p.add_argument("--worker", choices=["ours", "dgl", "metis-alone"], required=True)
     p.add_argument("--graph", required=True)
     p.add_argument("--parts", type=int, required=True)
     p.add_argument("--out", required=True)
