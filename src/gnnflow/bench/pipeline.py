@@ -48,8 +48,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--model", default="sage")
     parser.add_argument("--hidden", default="auto", help="hidden size, or 'auto' (compute ~ sampling)")
-    parser.add_argument("--fanouts", default="10,10")
-    parser.add_argument("--batch-size", type=int, default=512)
+    parser.add_argument("--fanouts", default="15,10,5", help="per-layer fanouts, input layer last "
+                        "(default: DistDGLv2 §5's three-layer 15,10,5)")
+    parser.add_argument("--batch-size", type=int, default=1000, help="targets per rank (default: DistDGLv2 §5's 1000)")
     parser.add_argument("--epochs", type=int, default=2, help="timed epochs per measurement")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads per rank")
