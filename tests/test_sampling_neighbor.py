@@ -10,7 +10,7 @@ from scipy import stats
 
 from gnnflow.errors import ConfigError
 from gnnflow.sampling import Block, NeighborSampler, csr_sample_neighbors
-from gnnflow.sampling.neighbor import _Relabeler
+from gnnflow.sampling.neighbor import Relabeler
 
 
 @pytest.fixture(scope="module")
@@ -80,8 +80,8 @@ def test_relabel_paths_agree():
     rng = np.random.default_rng(0)
     dst = rng.permutation(1000)[:50].astype(np.int64)
     src = rng.integers(0, 1000, 400).astype(np.int64)
-    bitmap = _Relabeler(1000)._bitmap(dst, src)
-    sort = _Relabeler._sorted(dst, src)
+    bitmap = Relabeler(1000)._bitmap(dst, src)
+    sort = Relabeler._sorted(dst, src)
     for x, y in zip(bitmap, sort, strict=True):
         np.testing.assert_array_equal(x, y)
     src_ids, local = sort

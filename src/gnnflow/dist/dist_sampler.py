@@ -38,7 +38,7 @@ import torch
 from gnnflow.dist.comm import CommStats, alltoallv, world
 from gnnflow.errors import ConfigError
 from gnnflow.sampling import NeighborSampler, csr_sample_neighbors
-from gnnflow.sampling.neighbor import LayerwiseSampler, _Relabeler
+from gnnflow.sampling.neighbor import LayerwiseSampler, Relabeler
 
 
 class DistNeighborSampler(LayerwiseSampler):
@@ -69,7 +69,7 @@ class DistNeighborSampler(LayerwiseSampler):
         # one stream per rank: local seeds and the remote requests it serves draw from it
         self.rng = np.random.default_rng([seed, self.rank])
         self.num_nodes = int(node_part.shape[0])
-        self._relabel = _Relabeler(self.num_nodes)
+        self._relabel = Relabeler(self.num_nodes)
         self.remote_seeds = 0  # seeds sampled by their owner on this rank's behalf
 
     def _sample_own(self, seeds: np.ndarray, fanout: int) -> tuple[np.ndarray, np.ndarray]:

@@ -117,7 +117,7 @@ def csr_sample_neighbors(
     return torch.from_numpy(dst_pos), torch.from_numpy(np.asarray(indices_np[eid], dtype=np.int64))
 
 
-class _Relabeler:
+class Relabeler:
     """Maps sampled global source ids to block-local ids (destinations first)."""
 
     # use the bitmap when num_nodes <= _BITMAP_RATIO * number of sampled edges
@@ -167,12 +167,12 @@ class LayerwiseSampler:
     """Layer-wise sampling on top of one step, ``sample_neighbors(dst, fanout) -> (counts,
     src)`` (per destination, how many sources it got, and the sources in CSR order).
 
-    Subclasses set ``fanouts``, ``_relabel`` (a :class:`_Relabeler`) and define
+    Subclasses set ``fanouts``, ``_relabel`` (a :class:`Relabeler`) and define
     ``sample_neighbors``; the blocks are assembled here, the same for every sampler.
     """
 
     fanouts: list[int]
-    _relabel: _Relabeler
+    _relabel: Relabeler
 
     def sample_neighbors(self, dst: np.ndarray, fanout: int) -> tuple[np.ndarray, np.ndarray]:
         raise NotImplementedError
@@ -228,7 +228,7 @@ class NeighborSampler(LayerwiseSampler):
             raise ConfigError(f"fanouts: each must be a positive count or -1 (full), got {list(fanouts)}")
         self.num_nodes = self.indptr.shape[0] - 1
         self.rng = np.random.default_rng(seed)
-        self._relabel = _Relabeler(self.num_nodes)
+        self._relabel = Relabeler(self.num_nodes)
 
     def sample_neighbors(self, dst: np.ndarray, fanout: int) -> tuple[np.ndarray, np.ndarray]:
         """Uniform sampling without replacement from the whole CSR."""

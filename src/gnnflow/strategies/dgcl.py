@@ -47,6 +47,7 @@ from gnnflow.strategies.fullbatch_base import (
     full_graph_reference,
     gcn_model_name,
     rank_outputs,
+    verify_graph,
 )
 
 PLANNERS = ("spst", "p2p", "swap", "replication")
@@ -251,11 +252,7 @@ def verify(workers: int, model: str = "gcn", seed: int = 0, **kw: Any) -> dict[s
     if kw:
         raise ConfigError(f"verify dgcl: unknown option(s) {sorted(kw)}")
     with tempfile.TemporaryDirectory(prefix="gnnflow-verify-dgcl-") as tmp:
-        if graph is None:
-            from gnnflow.data.synthetic import prepare_synthetic
-
-            graph = str(prepare_synthetic(f"{tmp}/graph", num_nodes=600, avg_degree=6, feature_dim=12,
-                                          num_classes=5, seed=seed).path)
+        graph = verify_graph(graph, tmp, seed)
         book = partition_graph(graph, "metis", workers, f"{tmp}/parts", seed=seed)
         ref = full_graph_reference(graph, model, hidden, num_layers, norm=norm, seed=seed)
         per: dict[str, Any] = {}

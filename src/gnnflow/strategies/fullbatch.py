@@ -62,6 +62,7 @@ from gnnflow.strategies.fullbatch_base import (
     full_graph_reference,
     gcn_model_name,
     rank_outputs,
+    verify_graph,
 )
 
 NORMS = ("both", "right")
@@ -536,11 +537,7 @@ def verify(workers: int, model: str = "gcn", seed: int = 0, **kw: Any) -> dict[s
     if kw:
         raise ConfigError(f"verify fullbatch: unknown option(s) {sorted(kw)}")
     with tempfile.TemporaryDirectory(prefix="gnnflow-verify-") as tmp:
-        if graph is None:
-            from gnnflow.data.synthetic import prepare_synthetic
-
-            graph = str(prepare_synthetic(f"{tmp}/graph", num_nodes=600, avg_degree=6, feature_dim=12,
-                                          num_classes=5, seed=seed).path)
+        graph = verify_graph(graph, tmp, seed)
         cfg = TrainConfig(graph=str(graph), strategy="fullbatch", model="gcn", hidden=hidden,
                           num_layers=num_layers, fanouts=[-1] * num_layers, dropout=0.0, seed=seed,
                           workers=workers, partition=str(partition) if partition else None, options=options)

@@ -149,6 +149,16 @@ class FullBatchBase(Strategy):
 # ------------------------------------------------------------------------------------------------
 
 
+def verify_graph(graph: str | None, tmp: str, seed: int) -> str:
+    """The graph a ``verify`` runs on: ``graph``, or a small synthetic one written under ``tmp``."""
+    if graph is not None:
+        return str(graph)
+    from gnnflow.data.synthetic import prepare_synthetic
+
+    return str(prepare_synthetic(f"{tmp}/graph", num_nodes=600, avg_degree=6, feature_dim=12,
+                                 num_classes=5, seed=seed).path)
+
+
 def gcn_model_name(model: str, norm: str) -> str:
     """``gnnflow.nn.build_model`` name: GCN with row normalisation is ``gcn-right``."""
     return "gcn-right" if model == "gcn" and norm == "right" else model
