@@ -73,6 +73,7 @@ def test_bench_hec_generated_graph_counts_rows_exactly():
     # (embedding + 2 float columns of int64 tag) and one int64 row count
     per_push = (4 * (feature_dim + 2) + 8) + (4 * (hidden + 2) + 8)
     assert p["remote_bytes"] == 2 * (m - 1) * per_push
+    assert p["pushed"] == [2 * (m - 1)] * 2 and all(n > 0 for n in p["searched"])
     assert p["ratio"] == pytest.approx(p["remote_bytes"] / out["data_remote_feature_bytes"])
     assert p["ratio_all"] < p["ratio"]
     assert p["ratio_steady"] == pytest.approx(p["ratio"] * m / (m - 1))

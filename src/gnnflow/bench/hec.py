@@ -159,6 +159,11 @@ def run_strategy(strategy: str, graph: str, partition: str, workers: int, epochs
             "allreduce_s": max(r["times"].get("allreduce", 0.0) for r in recs),
             "hit_rates": [statistics.fmean(r["extra"][k] for r in recs)
                           for k in sorted(recs[0]["extra"]) if k.startswith("hec_hit_rate_l")],
+            # per layer, summed over ranks: halo vertices looked up in the HEC, rows pushed to peers
+            "searched": [sum(r["extra"][f"hec_searched_l{i}"] for r in recs) for i in range(len(fanouts))
+                         if f"hec_searched_l{i}" in recs[0]["extra"]],
+            "pushed": [sum(r["extra"][f"aep_pushed_l{i}"] for r in recs) for i in range(len(fanouts))
+                       if f"aep_pushed_l{i}" in recs[0]["extra"]],
         })
     return rows
 
@@ -222,7 +227,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                        "ratio_all": b / dp_all if dp_all else float("nan"),
                        "ratio_steady": ratio * iters / (iters - d) if iters > d else float("nan"),
                        "epoch_s": t, "time_ratio": t / t_dp,
-                       "hit_rates": [statistics.median(e["hit_rates"][i] for e in epochs) for i in range(layers)]})
+                       "hit_rates": [statistics.median(e["hit_rates"][i] for e in epochs) for i in range(layers)],
+                       "searched": [statistics.median(e["searched"][i] for e in epochs) for i in range(layers)],
+                       "pushed": [statistics.median(e["pushed"][i] for e in epochs) for i in range(layers)]})
     head = per_nc[0]
     meets = [p["nc"] for p in per_nc if p["ratio"] <= 0.3]
     rows = "; ".join(f"nc={p['nc']}: {p['ratio']:.3f} (all {p['ratio_all']:.3f}, steady {p['ratio_steady']:.3f}, "
