@@ -157,8 +157,8 @@ def run_strategy(strategy: str, graph: str, partition: str, workers: int, epochs
             "d": float(recs[0]["extra"].get("d", 0.0)),
             "fwd_s": max(r["extra"].get("fwd_s", 0.0) for r in recs),
             "allreduce_s": max(r["times"].get("allreduce", 0.0) for r in recs),
-            "hit_rates": [statistics.fmean(r["extra"][k] for r in recs)
-                          for k in sorted(recs[0]["extra"]) if k.startswith("hec_hit_rate_l")],
+            "hit_rates": [statistics.fmean(r["extra"][f"hec_hit_rate_l{i}"] for r in recs)
+                          for i in range(len(fanouts)) if f"hec_hit_rate_l{i}" in recs[0]["extra"]],
             # per layer, summed over ranks: halo vertices looked up in the HEC, rows pushed to peers
             "searched": [sum(r["extra"][f"hec_searched_l{i}"] for r in recs) for i in range(len(fanouts))
                          if f"hec_searched_l{i}" in recs[0]["extra"]],
