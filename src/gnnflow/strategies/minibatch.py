@@ -312,6 +312,7 @@ class MiniBatchStrategy(Strategy):
     @staticmethod
     def _add_stats_delta(mb: MiniBatch, stats: CommStats | None, before: tuple[list[int], list[int]],
                          stage: str) -> None:
+        """Add the bytes ``stats`` counted since ``before`` to ``mb.counters`` (per peer, and per stage)."""
         if stats is None:
             return
         rank, _ = world()
@@ -324,6 +325,17 @@ class MiniBatchStrategy(Strategy):
             mb.counters["bytes_received"] = mb.counters.get("bytes_received", 0) + recv[p]
             mb.counters[f"{stage}_bytes_received"] = mb.counters.get(f"{stage}_bytes_received", 0) + recv[p]
             mb.counters[f"bytes_sent_peer{p}"] = mb.counters.get(f"bytes_sent_peer{p}", 0) + sent[p]
+
+    def train_batch_counting(self, mb: MiniBatch, rec: Recorder, stats: CommStats, stage: str) -> float:
+        """:meth:`train_batch`, also recording the bytes ``stats`` counted during it (exchanges
+        inside forward/backward: P3's push/pull, split parallelism's shuffles) under ``stage``."""
+        before = self._stats_totals(stats)
+        loss = MiniBatchStrategy.train_batch(self, mb, rec)
+        probe = MiniBatch(epoch=mb.epoch, index=mb.index, targets=mb.targets)
+        self._add_stats_delta(probe, stats, before, stage)
+        for key in ("bytes_sent", "bytes_received", f"{stage}_bytes_received"):
+            rec.count(key, probe.counters.get(key, 0.0))
+        return loss
 
     def make_pipeline(self, first_epoch: int, epochs: int) -> MiniBatchPipeline:
         return MiniBatchPipeline(self.schedule(first_epoch, epochs), self.sample_stage, self.load_stage,

@@ -206,11 +206,4 @@ class PushPull(MiniBatchStrategy):
         return F.cross_entropy(h, mb.labels, reduction="sum") / max(1, mb.meta["global_batch"])
 
     def train_batch(self, mb: MiniBatch, rec: Recorder) -> float:
-        before = self._stats_totals(self.push_stats)
-        loss = super().train_batch(mb, rec)
-        counters: dict[str, float] = {}
-        probe = MiniBatch(epoch=mb.epoch, index=mb.index, targets=mb.targets, counters=counters)
-        self._add_stats_delta(probe, self.push_stats, before, "push")  # push forward + pull backward
-        for key in ("bytes_sent", "bytes_received", "push_bytes_received"):
-            rec.count(key, counters.get(key, 0.0))
-        return loss
+        return self.train_batch_counting(mb, rec, self.push_stats, "push")  # push forward + pull backward

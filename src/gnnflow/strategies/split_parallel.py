@@ -237,14 +237,7 @@ class SplitParallel(MiniBatchStrategy):
         return F.cross_entropy(logits, mb.labels, reduction="sum") / max(1, mb.meta["global_batch"])
 
     def train_batch(self, mb: MiniBatch, rec: Recorder) -> float:
-        before = self._stats_totals(self.shuffle_stats)
-        loss = super().train_batch(mb, rec)
-        counters: dict[str, float] = {}
-        probe = MiniBatch(epoch=mb.epoch, index=mb.index, targets=mb.targets, counters=counters)
-        self._add_stats_delta(probe, self.shuffle_stats, before, "shuffle")  # forward + backward shuffles
-        for key in ("bytes_sent", "bytes_received", "shuffle_bytes_received"):
-            rec.count(key, counters.get(key, 0.0))
-        return loss
+        return self.train_batch_counting(mb, rec, self.shuffle_stats, "shuffle")  # forward + backward shuffles
 
     def run_epoch(self, epoch: int, rec: Recorder) -> float:
         self.split_counts = []
