@@ -112,15 +112,16 @@ class FeatureStore:
         ids_np = ids.numpy() if isinstance(ids, torch.Tensor) else np.asarray(ids)
         ids_np = ids_np.astype(np.int64, copy=False)
         n = ids_np.shape[0]
-        out = torch.empty((n, *self.table.shape[1:]), dtype=torch.float32)
         owner = self.owners(ids_np) if n else np.zeros(0, dtype=np.int64)
         local = owner == self.rank
         lpos = np.flatnonzero(local)
-        if lpos.size == n and n:  # all local (e.g. one rank): the gather is the answer
+        if lpos.size == n:  # all local (e.g. one rank): the gather is the answer
             out = _rows_tensor(self.table, self.part.global_to_local(ids_np))
-        elif lpos.size:
-            inner = self.part.global_to_local(ids_np[lpos])
-            out.index_copy_(0, torch.from_numpy(lpos), _rows_tensor(self.table, inner))
+        else:
+            out = torch.empty((n, *self.table.shape[1:]), dtype=torch.float32)
+            if lpos.size:
+                inner = self.part.global_to_local(ids_np[lpos])
+                out.index_copy_(0, torch.from_numpy(lpos), _rows_tensor(self.table, inner))
         remote = np.flatnonzero(~local)
         hits = 0
         if remote.size and self.cache_ids.size:
