@@ -148,6 +148,11 @@ def run_strategy(strategy: str, graph: str, partition: str, workers: int, epochs
         def total(key: str, recs: list[dict[str, Any]] = recs) -> float:
             return float(sum(r["counters"].get(key, 0.0) for r in recs))
 
+        def per_layer(prefix: str, over_ranks: Any, recs: list[dict[str, Any]] = recs) -> list[float]:
+            """``over_ranks`` of each layer's ``{prefix}{i}`` extra (layers the strategy recorded)."""
+            return [over_ranks(r["extra"][f"{prefix}{i}"] for r in recs) for i in range(len(fanouts))
+                    if f"{prefix}{i}" in recs[0]["extra"]]
+
         rows.append({
             "time_s": max(r["time"] for r in recs),
             "remote_bytes": total("remote_bytes"),
@@ -157,13 +162,10 @@ def run_strategy(strategy: str, graph: str, partition: str, workers: int, epochs
             "d": float(recs[0]["extra"].get("d", 0.0)),
             "fwd_s": max(r["extra"].get("fwd_s", 0.0) for r in recs),
             "allreduce_s": max(r["times"].get("allreduce", 0.0) for r in recs),
-            "hit_rates": [statistics.fmean(r["extra"][f"hec_hit_rate_l{i}"] for r in recs)
-                          for i in range(len(fanouts)) if f"hec_hit_rate_l{i}" in recs[0]["extra"]],
+            "hit_rates": per_layer("hec_hit_rate_l", statistics.fmean),
             # per layer, summed over ranks: halo vertices looked up in the HEC, rows pushed to peers
-            "searched": [sum(r["extra"][f"hec_searched_l{i}"] for r in recs) for i in range(len(fanouts))
-                         if f"hec_searched_l{i}" in recs[0]["extra"]],
-            "pushed": [sum(r["extra"][f"aep_pushed_l{i}"] for r in recs) for i in range(len(fanouts))
-                       if f"aep_pushed_l{i}" in recs[0]["extra"]],
+            "searched": per_layer("hec_searched_l", sum),
+            "pushed": per_layer("aep_pushed_l", sum),
         })
     return rows
 
