@@ -23,8 +23,10 @@ def default_graph_book(tmp_path):
 
 
 def _rank_processes(parent: psutil.Process) -> list[psutil.Process]:
-    """The spawned ranks in rank order (the launcher starts them one after the other)."""
-    ranks = [p for p in parent.children(recursive=True) if "spawn_main" in " ".join(p.cmdline())]
+    """The spawned ranks in rank order (the launcher starts them one after the other).
+
+    Only the launcher's own children: each rank's sampler process is a child of its rank."""
+    ranks = [p for p in parent.children(recursive=False) if "spawn_main" in " ".join(p.cmdline())]
     return sorted(ranks, key=lambda p: (p.create_time(), p.pid))
 
 
@@ -48,6 +50,8 @@ def test_killed_rank_fails_the_run_within_60s_and_leaves_nothing(default_graph_b
         ranks = _rank_processes(parent)
         assert len(ranks) == 4
         everything = parent.children(recursive=True)
+        samplers = [p for r in ranks for p in r.children() if "spawn_main" in " ".join(p.cmdline())]
+        assert len(samplers) == 4  # one sampler process per rank (samplers=process, the default)
         time.sleep(0.5)  # mid-epoch
         victim = ranks[2]
         t0 = time.monotonic()

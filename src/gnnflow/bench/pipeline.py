@@ -54,6 +54,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--epochs", type=int, default=2, help="timed epochs per measurement")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads per rank")
+    parser.add_argument("--samplers", choices=("process", "thread"), default="process",
+                        help="where the pipeline samples: a sampler process per rank (default) or the "
+                        "sampling thread of DistDGLv2 §4.2.1 (= --opt samplers=...)")
     parser.add_argument("--seed", type=int, default=0)
 
 
@@ -61,7 +64,7 @@ def _cfg(args: Any, graph: str, hidden: int) -> dict[str, Any]:
     fanouts = [int(f) for f in str(args.fanouts).split(",")]
     return dict(graph=graph, strategy="data", partition=args.partition, model=args.model, hidden=hidden,
                 num_layers=len(fanouts), fanouts=fanouts, batch_size=args.batch_size, epochs=10_000,
-                seed=args.seed, workers=args.workers, dropout=0.0)
+                seed=args.seed, workers=args.workers, dropout=0.0, options={"samplers": args.samplers})
 
 
 def measure(ctx: Any, cfg_dict: dict[str, Any], modes: list[str], epochs: int, threads: int) -> dict[str, Any]:
@@ -73,7 +76,6 @@ def measure(ctx: Any, cfg_dict: dict[str, Any], modes: list[str], epochs: int, t
     never prefetch while another mode is being timed.
     """
     from gnnflow.config import TrainConfig
-    from gnnflow.dist.pipeline import MiniBatchPipeline
     from gnnflow.results.schema import Recorder
     from gnnflow.strategies.data_parallel import DataParallel
 
@@ -82,15 +84,18 @@ def measure(ctx: Any, cfg_dict: dict[str, Any], modes: list[str], epochs: int, t
     cpu: dict[str, list[float]] = {m: [] for m in modes}
     s = DataParallel(TrainConfig.from_dict(cfg_dict), ctx)
     s.prepare()
+
+    def cpu_now() -> float:  # this rank's CPU time, its sampler process's included
+        return time.process_time() + (s.sampler_proc.cpu_seconds() if s.sampler_proc is not None else 0.0)
+
     first = 0
     for m in modes:
         asynchronous = m in ("pipeline", "sampling")  # sampling_inline/inline/compute: inline stages
-        pipe = MiniBatchPipeline(s.schedule(first, 1 + epochs), s.sample_stage, s.load_stage, s.device_stage,
-                                 asynchronous=asynchronous, capacities=s.capacities).start()
+        pipe = s.make_pipeline(first, 1 + epochs, asynchronous=asynchronous).start()
         rec = Recorder()
         for e in range(1 + epochs):
             batches = [pipe.get() for _ in range(s.num_batches)] if m == "compute" else None
-            t, c = time.perf_counter(), time.process_time()
+            t, c = time.perf_counter(), cpu_now()
             for j in range(s.num_batches):
                 if m == "compute":
                     s.train_batch(batches[j], rec)  # type: ignore[index]
@@ -100,7 +105,7 @@ def measure(ctx: Any, cfg_dict: dict[str, Any], modes: list[str], epochs: int, t
                     s.train_batch(mb, rec)
             if e > 0:
                 out[m].append(time.perf_counter() - t)
-                cpu[m].append(time.process_time() - c)
+                cpu[m].append(cpu_now() - c)
         pipe.close()
         first += 1 + epochs
     s.close()

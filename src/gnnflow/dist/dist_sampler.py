@@ -36,6 +36,7 @@ import numpy as np
 import torch
 
 from gnnflow.dist.comm import CommStats, alltoallv, world
+from gnnflow.dist.pipeline import MiniBatch, add_stats_delta, stats_totals
 from gnnflow.errors import ConfigError
 from gnnflow.sampling import NeighborSampler, csr_sample_neighbors
 from gnnflow.sampling.neighbor import LayerwiseSampler, Relabeler
@@ -131,6 +132,26 @@ def make_sampler(part: Any, node_part: np.ndarray, fanouts: Sequence[int], seed:
     rank, _ = world()
     # the full structure, read into this rank's memory (this is what the option compares against)
     return NeighborSampler(np.array(store.indptr), np.array(store.indices), fanouts, seed=seed * 1000 + rank)
+
+
+def sample_minibatch(sampler: DistNeighborSampler | NeighborSampler, mb: MiniBatch, seed: int,
+                     stats: CommStats | None) -> MiniBatch:
+    """The sample stage of the mini-batch strategies: ``mb.blocks`` for ``mb.targets``.
+
+    The sampler draws from one stream per (seed, rank, epoch, batch), so a
+    resumed run, or a sampler process (:mod:`gnnflow.dist.sampler_process`),
+    samples exactly what the uninterrupted in-process stage would, however far
+    ahead the pipeline runs.  Records ``sampled_edges``, ``input_vertices`` and
+    the bytes the sampler's exchanges moved (``stats``) in ``mb.counters``.
+    """
+    before = stats_totals(stats)
+    if hasattr(sampler, "rng"):
+        sampler.rng = np.random.default_rng([seed, world()[0], mb.epoch, mb.index])
+    mb.blocks = sampler.sample_blocks(mb.targets)
+    mb.counters["sampled_edges"] = float(sum(b.num_edges for b in mb.blocks))
+    mb.counters["input_vertices"] = float(mb.blocks[0].num_src)
+    add_stats_delta(mb, stats, before, "sample")
+    return mb
 
 
 def presample_input_counts(sampler: DistNeighborSampler | NeighborSampler,

@@ -94,6 +94,29 @@ def stage_groups(names: Iterable[str] = ("sample", "load")) -> dict[str, Any]:
     return {n: dist.new_group(ranks=list(range(size))) for n in names}
 
 
+def stats_totals(stats: Any) -> tuple[list[int], list[int]]:
+    """A :class:`~gnnflow.dist.comm.CommStats`' per-peer byte totals now (empty lists for None)."""
+    if stats is None:
+        return [], []
+    return list(stats.bytes_sent), list(stats.bytes_received)
+
+
+def add_stats_delta(mb: MiniBatch, stats: Any, before: tuple[list[int], list[int]], stage: str) -> None:
+    """Add the bytes ``stats`` counted since ``before`` to ``mb.counters`` (per peer, and per stage)."""
+    if stats is None:
+        return
+    rank, _ = world()
+    sent = [a - b for a, b in zip(stats.bytes_sent, before[0], strict=True)]
+    recv = [a - b for a, b in zip(stats.bytes_received, before[1], strict=True)]
+    for p in range(len(sent)):
+        if p == rank:
+            continue
+        mb.counters["bytes_sent"] = mb.counters.get("bytes_sent", 0) + sent[p]
+        mb.counters["bytes_received"] = mb.counters.get("bytes_received", 0) + recv[p]
+        mb.counters[f"{stage}_bytes_received"] = mb.counters.get(f"{stage}_bytes_received", 0) + recv[p]
+        mb.counters[f"bytes_sent_peer{p}"] = mb.counters.get(f"bytes_sent_peer{p}", 0) + sent[p]
+
+
 class MiniBatchPipeline:
     """Scheduling -> sampling -> CPU feature copy -> device copy, async or inline."""
 
@@ -226,4 +249,8 @@ class MiniBatchPipeline:
         self._stop.set()
         for t in self._threads:
             t.join(timeout_s)
+        if not any(t.is_alive() for t in self._threads):
+            close = getattr(self.schedule, "close", None)  # a generator: let it release what it holds
+            if close is not None:
+                close()
         self._threads.clear()

@@ -59,8 +59,10 @@ None from its builder.  ``self.part``, ``self.book``, ``self.node_part``,
 from __future__ import annotations
 
 import math
+import os
+import warnings
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -68,13 +70,23 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from gnnflow.dist.comm import CommStats, all_reduce_gradients, alltoallv, world
-from gnnflow.dist.dist_sampler import make_sampler, presample_input_counts
+from gnnflow.dist.dist_sampler import make_sampler, presample_input_counts, sample_minibatch
 from gnnflow.dist.feature_store import FeatureStore
-from gnnflow.dist.pipeline import DEFAULT_CAPACITIES, MiniBatch, MiniBatchPipeline, stage_groups
+from gnnflow.dist.pipeline import (
+    DEFAULT_CAPACITIES,
+    MiniBatch,
+    MiniBatchPipeline,
+    add_stats_delta,
+    stage_groups,
+    stats_totals,
+)
 from gnnflow.errors import ConfigError
 from gnnflow.results.schema import Recorder
 from gnnflow.sampling import Block
 from gnnflow.strategies.base import RankContext, Strategy
+
+if TYPE_CHECKING:
+    from gnnflow.dist.sampler_process import SamplerProcess
 
 SPLITS = ("train", "val", "test")
 
@@ -96,6 +108,11 @@ def parse_capacities(value: Any) -> tuple[int, int, int]:
     if len(caps) != 3 or min(caps) < 1:
         raise ConfigError(f"options.capacities: three positive counts like 25,5,1, got {value!r}")
     return caps  # type: ignore[return-value]
+
+
+def already_done(mb: MiniBatch) -> MiniBatch:
+    """A stage a sampler process has run already (sample, load)."""
+    return mb
 
 
 def whole_graph_part(graph_path: str) -> tuple[Any, np.ndarray, dict[str, Any]]:
@@ -130,6 +147,14 @@ class MiniBatchStrategy(Strategy):
         self.cache_rows = int(opts.get("cache_rows", 0))
         self.presample_batches = int(opts.get("presample_batches", 8))
         self.use_ddp = _bool(opts.get("ddp", False))
+        # sampler processes run the shared sample/load stages; strategies with their own use the thread
+        self.samplers = str(opts.get("samplers", "process" if self.has_shared_stages() else "thread"))
+        if self.samplers not in ("thread", "process"):
+            raise ConfigError(f"options.samplers: 'thread' or 'process', got {self.samplers!r}")
+        if self.samplers == "process" and not self.has_shared_stages():
+            raise ConfigError(f"options.samplers=process: strategy {cfg.strategy!r} has its own sample or load "
+                              "stage; sampler processes serve the data-parallel stages only")
+        self.sampler_proc: SamplerProcess | None = None
         # GCN normalises by degrees: whole-graph degrees make each target's output independent of
         # the other targets in its batch, so P micro-batches sum to the union batch (verify())
         self.degrees = str(opts.get("degrees", "global" if cfg.model == "gcn" else "block"))
@@ -141,8 +166,21 @@ class MiniBatchStrategy(Strategy):
         self.sample_stats: CommStats | None = None
         self.load_stats: CommStats | None = None
 
+    @classmethod
+    def has_shared_stages(cls) -> bool:
+        """True when this strategy samples and loads with the base stages (what a sampler process runs)."""
+        return cls.sample_stage is MiniBatchStrategy.sample_stage and cls.load_stage is MiniBatchStrategy.load_stage
+
     # ---------------------------------------------------------------- preparation
     def prepare(self) -> None:
+        self.prepare_stages()
+        self.build_model()
+        if self.samplers == "process" and self.use_pipeline:
+            self.sampler_proc = self.start_sampler_process()
+
+    def prepare_stages(self) -> None:
+        """Everything the pipeline's stages need (part, targets, sampler, feature store, cache);
+        no model.  A sampler process (``samplers=process``) runs exactly this on its side."""
         rank, size = world()
         cfg = self.cfg
         if cfg.partition:
@@ -174,7 +212,6 @@ class MiniBatchStrategy(Strategy):
         if self.degrees == "global" and self.feature_store is not None:
             self.degree_store = FeatureStore(self.part, self.node_part, local_rows=self.global_degrees(),
                                              stats=self.load_stats, group=self.groups["load"])
-        self.build_model()
         if self.cache_rows > 0 and self.feature_store is not None:
             self._build_cache()
 
@@ -224,6 +261,26 @@ class MiniBatchStrategy(Strategy):
                             replicate_structure=self.replicate_structure, graph_path=self.graph_path,
                             group=group, stats=self.sample_stats)
 
+    def start_sampler_process(self) -> SamplerProcess:
+        """Spawn this rank's sampler process (``samplers=process``), which runs the sample and
+        load stages.  Collective with several ranks: rank 0 holds the rendezvous store of the
+        sampler processes' own process group."""
+        from gnnflow.dist.sampler_process import SamplerProcess, SamplerSpec
+
+        cls = type(self)
+        rank, size = world()
+        addr, port = os.environ.get("MASTER_ADDR", "127.0.0.1"), 0
+        if size > 1:
+            if rank == 0:  # the store outlives the samplers' rendezvous; the OS picks its port
+                self._sampler_store = dist.TCPStore("0.0.0.0", 0, size, is_master=True, wait_for_workers=False)
+                port = int(self._sampler_store.port)
+            box = [port]
+            dist.broadcast_object_list(box, 0)
+            port = int(box[0])
+        spec = SamplerSpec(strategy=f"{cls.__module__}:{cls.__qualname__}", cfg=self.cfg, rank=rank,
+                           world_size=size, addr=addr, port=port)
+        return SamplerProcess(spec)
+
     def build_feature_store(self, group: Any) -> FeatureStore | None:
         return FeatureStore(self.part, self.node_part, stats=self.load_stats, group=group)
 
@@ -270,16 +327,7 @@ class MiniBatchStrategy(Strategy):
                                 meta={"global_batch": int(sizes[j])})
 
     def sample_stage(self, mb: MiniBatch) -> MiniBatch:
-        before = self._stats_totals(self.sample_stats)
-        if hasattr(self.sampler, "rng"):
-            # one stream per (rank, epoch, batch): a resumed run samples exactly what the
-            # uninterrupted one would have, however far ahead the pipeline had run
-            self.sampler.rng = np.random.default_rng([self.cfg.seed, world()[0], mb.epoch, mb.index])
-        mb.blocks = self.sampler.sample_blocks(mb.targets)
-        mb.counters["sampled_edges"] = float(sum(b.num_edges for b in mb.blocks))
-        mb.counters["input_vertices"] = float(mb.blocks[0].num_src)
-        self._add_stats_delta(mb, self.sample_stats, before, "sample")
-        return mb
+        return sample_minibatch(self.sampler, mb, self.cfg.seed, self.sample_stats)
 
     def load_stage(self, mb: MiniBatch) -> MiniBatch:
         assert self.feature_store is not None and mb.blocks is not None
@@ -303,28 +351,9 @@ class MiniBatchStrategy(Strategy):
                 mb.labels = mb.labels.to(dev, non_blocking=True)
         return mb
 
-    @staticmethod
-    def _stats_totals(stats: CommStats | None) -> tuple[list[int], list[int]]:
-        if stats is None:
-            return [], []
-        return list(stats.bytes_sent), list(stats.bytes_received)
-
-    @staticmethod
-    def _add_stats_delta(mb: MiniBatch, stats: CommStats | None, before: tuple[list[int], list[int]],
-                         stage: str) -> None:
-        """Add the bytes ``stats`` counted since ``before`` to ``mb.counters`` (per peer, and per stage)."""
-        if stats is None:
-            return
-        rank, _ = world()
-        sent = [a - b for a, b in zip(stats.bytes_sent, before[0], strict=True)]
-        recv = [a - b for a, b in zip(stats.bytes_received, before[1], strict=True)]
-        for p in range(len(sent)):
-            if p == rank:
-                continue
-            mb.counters["bytes_sent"] = mb.counters.get("bytes_sent", 0) + sent[p]
-            mb.counters["bytes_received"] = mb.counters.get("bytes_received", 0) + recv[p]
-            mb.counters[f"{stage}_bytes_received"] = mb.counters.get(f"{stage}_bytes_received", 0) + recv[p]
-            mb.counters[f"bytes_sent_peer{p}"] = mb.counters.get(f"bytes_sent_peer{p}", 0) + sent[p]
+    # per-stage byte counting, shared with the subclasses' stages
+    _stats_totals = staticmethod(stats_totals)
+    _add_stats_delta = staticmethod(add_stats_delta)
 
     def train_batch_counting(self, mb: MiniBatch, rec: Recorder, stats: CommStats, stage: str) -> float:
         """:meth:`train_batch`, also recording the bytes ``stats`` counted during it (exchanges
@@ -337,9 +366,20 @@ class MiniBatchStrategy(Strategy):
             rec.count(key, probe.counters.get(key, 0.0))
         return loss
 
-    def make_pipeline(self, first_epoch: int, epochs: int) -> MiniBatchPipeline:
-        return MiniBatchPipeline(self.schedule(first_epoch, epochs), self.sample_stage, self.load_stage,
-                                 self.device_stage, asynchronous=self.use_pipeline, capacities=self.capacities)
+    def make_pipeline(self, first_epoch: int, epochs: int, asynchronous: bool | None = None) -> MiniBatchPipeline:
+        """The stages over the schedule of ``epochs`` epochs; ``asynchronous`` defaults to ``pipeline``.
+
+        With a sampler process (``samplers=process``) an asynchronous pipeline's
+        sampling thread only hands targets to the process and takes back its
+        blocks and input rows.
+        """
+        asynchronous = self.use_pipeline if asynchronous is None else asynchronous
+        schedule: Any = self.schedule(first_epoch, epochs)
+        sample, load = self.sample_stage, self.load_stage
+        if asynchronous and self.sampler_proc is not None:
+            schedule, sample, load = self.sampler_proc.map(schedule), already_done, already_done
+        return MiniBatchPipeline(schedule, sample, load, self.device_stage, asynchronous=asynchronous,
+                                 capacities=self.capacities)
 
     # ---------------------------------------------------------------- training
     def compute_loss(self, mb: MiniBatch, rec: Recorder) -> torch.Tensor:
@@ -426,11 +466,14 @@ class MiniBatchStrategy(Strategy):
         degrees = self.global_degrees()
         store = FeatureStore(part, self.node_part, local_rows=degrees[:, 1:])
         src_deg = torch.cat([degrees[:, 1], store.fetch(part.halo_ids)[:, 0]])
-        self._part_block = Block(dst_ids=torch.from_numpy(np.asarray(part.inner_ids, dtype=np.int64)),
-                                 src_ids=torch.from_numpy(np.asarray(part.local_to_global, dtype=np.int64)),
-                                 indptr=torch.from_numpy(np.asarray(part.indptr, dtype=np.int64)),
-                                 indices=torch.from_numpy(np.asarray(part.indices, dtype=np.int64)),
-                                 src_deg=src_deg, dst_deg=degrees[:, 0].clone())
+        with warnings.catch_warnings():
+            # the whole graph's CSR is a read-only memory map with one rank; the block is only read
+            warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+            self._part_block = Block(dst_ids=torch.from_numpy(np.asarray(part.inner_ids, dtype=np.int64)),
+                                     src_ids=torch.from_numpy(np.asarray(part.local_to_global, dtype=np.int64)),
+                                     indptr=torch.from_numpy(np.asarray(part.indptr, dtype=np.int64)),
+                                     indices=torch.from_numpy(np.asarray(part.indices, dtype=np.int64)),
+                                     src_deg=src_deg, dst_deg=degrees[:, 0].clone())
         return self._part_block
 
     def global_degrees(self) -> torch.Tensor:
@@ -493,3 +536,6 @@ class MiniBatchStrategy(Strategy):
         if self.pipeline is not None:
             self.pipeline.close()
             self.pipeline = None
+        if self.sampler_proc is not None:
+            self.sampler_proc.close()
+            self.sampler_proc = None

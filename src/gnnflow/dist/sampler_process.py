@@ -1,0 +1,338 @@
+"""Sampler processes: the pipeline's sampling stage in its own process (DistDGL's design).
+
+DistDGLv2 §4.2.1 runs neighbour sampling in a sampling *thread* of the trainer.
+In CPython a sampling thread and the training thread share one interpreter
+lock: both make thousands of short numpy/torch calls per mini-batch, each of
+which drops the lock and takes it back, so the two threads hand the lock to
+each other constantly and neither runs at full speed (measured in
+docs/runtime.md: the training thread runs ~25 % slower beside the sampling
+thread, and the pipelined epoch stays ~1.3x its slower stage).  DistDGL itself
+samples in separate *sampler processes* (``num_samplers``); this module does
+the same for one sampler process per rank (option ``samplers=process``):
+
+* the child is spawned by the rank's main thread in ``prepare()``; it opens the
+  partition book (memory-mapped: the part's CSR pages are shared with the
+  parent through the page cache) and builds the same sampler the rank would
+  (:func:`gnnflow.dist.dist_sampler.make_sampler`);
+* the rank sends each scheduled batch's target ids (a few KiB) to the child,
+  keeping up to ``slots`` requests ahead; the child samples exactly what the
+  in-process stage samples (:func:`~gnnflow.dist.dist_sampler.sample_minibatch`,
+  one random stream per (seed, rank, epoch, batch)), and writes every tensor of
+  the blocks into ONE shared-memory slot (a ring of ``slots`` buffers reused
+  for the whole run, grown when a batch does not fit): the hand-over costs one
+  small message and one copy out of the slot, not one shared-memory segment per
+  tensor;
+* with several ranks the children form their own process group (gloo, the
+  rendezvous port chosen by rank 0's parent and broadcast), and the
+  distributed sampler's per-hop exchanges run there: samplers talk to
+  samplers, trainers to trainers, as DistDGL's sampler processes talk to the
+  graph servers.  Every child serves the same batches in the same order, so
+  the collectives match.
+
+A child dies with its rank (``PR_SET_PDEATHSIG`` and a parent check on every
+idle second); the rank notices a dead or failing child within a second and
+raises :class:`~gnnflow.errors.DistributedError` naming it.
+"""
+
+from __future__ import annotations
+
+import collections
+import ctypes
+import dataclasses
+import importlib
+import math
+import os
+import queue
+import signal
+import time
+import traceback
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from gnnflow.dist.launch import init_group
+from gnnflow.dist.pipeline import MiniBatch
+from gnnflow.errors import DistributedError
+from gnnflow.sampling import Block
+from gnnflow.strategies.base import RankContext
+
+#: a block's tensors, in the order they are packed into a slot (None fields are skipped)
+_BLOCK_FIELDS = ("dst_ids", "src_ids", "indptr", "indices", "src_deg", "dst_deg")
+_ALIGN = 64
+
+
+@dataclass(frozen=True)
+class SamplerSpec:
+    """What a sampler process needs to rebuild its rank's stages (plain, picklable).
+
+    ``strategy`` is the strategy class as ``"module:QualName"``; ``cfg`` its
+    :class:`~gnnflow.config.TrainConfig`.  With several ranks the sampler
+    processes join their own process group at ``addr:port`` (a store held by
+    rank 0's trainer).
+    """
+
+    strategy: str
+    cfg: Any
+    rank: int
+    world_size: int
+    addr: str = "127.0.0.1"
+    port: int = 0
+    timeout_s: float = 60.0
+
+
+def _die_with_parent() -> None:
+    """Ask Linux to SIGKILL this process when its parent exits (no orphaned samplers)."""
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # pragma: no cover - not Linux: the idle parent check remains
+        pass
+
+
+def _pack(mb: MiniBatch) -> tuple[list[torch.Tensor], list[tuple[Any, ...]], int]:
+    """The batch's stage outputs (block tensors, input rows) as tensors, their layout in a
+    slot ``(key, dtype, shape, byte offset)``, and the bytes needed."""
+    assert mb.blocks is not None
+    named: list[tuple[Any, torch.Tensor]] = [((i, f), getattr(b, f)) for i, b in enumerate(mb.blocks)
+                                             for f in _BLOCK_FIELDS if getattr(b, f) is not None]
+    if mb.inputs is not None:
+        named.append(("inputs", mb.inputs))
+    tensors, layout, offset = [], [], 0
+    for key, t in named:
+        t = t.contiguous()
+        tensors.append(t)
+        layout.append((key, str(t.dtype).removeprefix("torch."), tuple(t.shape), offset))
+        offset += -(-t.numel() * t.element_size() // _ALIGN) * _ALIGN
+    return tensors, layout, offset
+
+
+def _unpack(buf: torch.Tensor, layout: list[tuple[Any, ...]], mb: MiniBatch) -> None:
+    """Copy the packed outputs out of slot ``buf`` into ``mb`` (blocks, inputs)."""
+    blocks: dict[int, dict[str, torch.Tensor]] = collections.defaultdict(dict)
+    for key, dtype_name, shape, off in layout:
+        dtype = getattr(torch, dtype_name)
+        n = math.prod(shape) * torch.empty(0, dtype=dtype).element_size()
+        t = buf[off:off + n].view(dtype).view(shape).clone()
+        if key == "inputs":
+            mb.inputs = t
+        else:
+            blocks[key[0]][key[1]] = t
+    mb.blocks = [Block(**blocks[i]) for i in range(len(blocks))]
+
+
+def _take_slot(free: Any, parent_pid: int) -> int | None:
+    """A free slot index; None when the parent is gone."""
+    while True:
+        try:
+            return int(free.get(timeout=1.0))
+        except queue.Empty:
+            if os.getppid() != parent_pid:
+                return None
+
+
+def _build_stages(spec: SamplerSpec) -> Any:
+    """The rank's strategy, prepared up to its stages (no model), sampling in-process."""
+    module, _, name = spec.strategy.partition(":")
+    cls = getattr(importlib.import_module(module), name)
+    cfg = dataclasses.replace(spec.cfg, options={**dict(spec.cfg.options or {}), "samplers": "thread"})
+    strategy = cls(cfg, RankContext(rank=spec.rank, world_size=spec.world_size, device=torch.device("cpu")))
+    strategy.prepare_stages()
+    return strategy
+
+
+def _serve(spec: SamplerSpec, parent_pid: int, requests: Any, results: Any, free: Any,
+           min_slot_bytes: int) -> None:
+    """Body of a sampler process: run the sample and load stages of every requested batch
+    and hand the outputs over in a free slot."""
+    _die_with_parent()
+    torch.set_num_threads(1)
+    os.environ["GNNFLOW_RANK"] = str(spec.rank)
+    try:
+        if spec.world_size > 1:  # the samplers' own group; rank 0's trainer holds its store
+            init_group(spec.rank, spec.world_size, spec.addr, spec.port, "gloo", spec.timeout_s,
+                       store_is_external=True)
+        strategy = _build_stages(spec)
+        slots: dict[int, torch.Tensor] = {}
+        results.put(("ready",))
+        while True:
+            try:
+                req = requests.get(timeout=1.0)
+            except queue.Empty:
+                if os.getppid() != parent_pid:
+                    return
+                continue
+            if req is None:
+                return
+            epoch, index, targets = req
+            mb = MiniBatch(epoch=epoch, index=index, targets=torch.from_numpy(targets))
+            t0 = time.perf_counter()
+            strategy.sample_stage(mb)
+            t1 = time.perf_counter()
+            strategy.load_stage(mb)
+            times = {"sample": t1 - t0, "load": time.perf_counter() - t1}
+            tensors, layout, nbytes = _pack(mb)
+            slot = _take_slot(free, parent_pid)
+            if slot is None:
+                return
+            grown = None
+            if slot not in slots or slots[slot].numel() < nbytes:
+                slots[slot] = torch.empty(max(nbytes + nbytes // 4, min_slot_bytes), dtype=torch.uint8).share_memory_()
+                grown = slots[slot]
+            buf = slots[slot]
+            for t, (_, _, _, off) in zip(tensors, layout, strict=True):
+                buf[off:off + t.numel() * t.element_size()].view(t.dtype).copy_(t.reshape(-1))
+            results.put(("batch", epoch, index, slot, grown, layout, mb.counters, times))
+    except BaseException as exc:  # report to the rank, which raises it
+        results.put(("error", f"{type(exc).__name__}: {exc}", traceback.format_exc()))
+    finally:
+        import torch.distributed as dist
+
+        if dist.is_initialized():
+            try:
+                dist.destroy_process_group()
+            except Exception:  # pragma: no cover - the process is ending anyway
+                pass
+
+
+class SamplerProcess:
+    """One rank's sampler process and the slots it hands batches over in."""
+
+    def __init__(self, spec: SamplerSpec, slots: int = 4, timeout_s: float = 120.0,
+                 min_slot_bytes: int = 1 << 20) -> None:
+        if slots < 1:
+            raise DistributedError(f"sampler process: at least one slot, got {slots}")
+        ctx = torch.multiprocessing.get_context("spawn")
+        self.spec = spec
+        self.slots = slots
+        self.timeout_s = timeout_s
+        self._requests = ctx.Queue()
+        self._results = ctx.Queue()
+        self._free = ctx.Queue()
+        for k in range(slots):
+            self._free.put(k)
+        self._buffers: dict[int, torch.Tensor] = {}
+        self.proc = ctx.Process(target=_serve, args=(spec, os.getpid(), self._requests, self._results, self._free,
+                                                      int(min_slot_bytes)),
+                                name=f"gnnflow-sampler{spec.rank}", daemon=True)
+        self.proc.start()
+        self._ready = False
+        self._abandoned = 0  # batches requested by an abandoned map() and not yet received
+        self.slots_made = 0  # slots the child made (first use, or remade larger for a bigger batch)
+
+    def _receive(self) -> tuple[Any, ...]:
+        t0 = time.perf_counter()
+        while True:
+            try:
+                msg = self._results.get(timeout=1.0)
+            except queue.Empty:
+                if not self.proc.is_alive():
+                    raise DistributedError(f"sampler process of rank {self.spec.rank} died "
+                                           f"(exit code {self.proc.exitcode})") from None
+                if time.perf_counter() - t0 > self.timeout_s:
+                    raise DistributedError(f"sampler process of rank {self.spec.rank}: no reply for "
+                                           f"{self.timeout_s:.0f}s") from None
+                continue
+            if msg[0] == "error":
+                raise DistributedError(f"sampler process of rank {self.spec.rank} failed: {msg[1]}\n{msg[2]}")
+            return msg
+
+    def _release(self, msg: tuple[Any, ...]) -> None:
+        """Hand a batch message's slot back unread (keeping a slot the child made anew)."""
+        if msg[4] is not None:
+            self._buffers[msg[3]] = msg[4]
+            self.slots_made += 1
+        self._free.put(msg[3])
+
+    def wait_ready(self) -> None:
+        """Block until the child has opened its part and built its sampler."""
+        if not self._ready:
+            self._receive()
+            self._ready = True
+
+    def map(self, schedule: Iterable[MiniBatch]) -> Iterator[MiniBatch]:
+        """The scheduled batches with ``blocks`` and ``inputs`` made by the child (in schedule order).
+
+        Up to ``slots`` requests are outstanding, so the child samples ahead
+        while this rank copies the previous batch out of its slot.
+        """
+        self.wait_ready()
+        self._drain_abandoned()
+        pending: collections.deque[MiniBatch] = collections.deque()
+        batches = iter(schedule)
+
+        def refill() -> None:
+            while len(pending) < self.slots:
+                mb = next(batches, None)
+                if mb is None:
+                    return
+                self._requests.put((mb.epoch, mb.index, mb.targets.numpy()))
+                pending.append(mb)
+
+        refill()
+        try:
+            yield from self._collect(pending, refill)
+        finally:
+            # abandoned early (a run stopping mid-schedule): the child still owes these batches;
+            # a later map() takes them first, close() does not need them
+            self._abandoned += len(pending)
+
+    def _drain_abandoned(self) -> None:
+        while self._abandoned:
+            self._release(self._receive())
+            self._abandoned -= 1
+
+    def _collect(self, pending: collections.deque[MiniBatch], refill: Any) -> Iterator[MiniBatch]:
+        while pending:
+            _, epoch, index, slot, grown, layout, counters, times = self._receive()
+            mb = pending.popleft()
+            if (epoch, index) != (mb.epoch, mb.index):
+                raise DistributedError(f"sampler process of rank {self.spec.rank}: got batch {(epoch, index)}, "
+                                       f"expected {(mb.epoch, mb.index)}")
+            if grown is not None:  # the child made this slot anew (first use, or a larger batch)
+                self._buffers[slot] = grown
+                self.slots_made += 1
+            _unpack(self._buffers[slot], layout, mb)
+            self._free.put(slot)
+            refill()
+            mb.counters.update(counters)
+            for name, seconds in times.items():
+                mb.times[name] = mb.times.get(name, 0.0) + float(seconds)
+            yield mb
+
+    def cpu_seconds(self) -> float:
+        """CPU time the child has used so far (Linux ``/proc``; 0.0 where unavailable)."""
+        try:
+            fields = open(f"/proc/{self.proc.pid}/stat").read().rsplit(")", 1)[1].split()
+            return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        except (OSError, ValueError, IndexError):
+            return 0.0
+
+    def close(self, timeout_s: float = 5.0) -> None:
+        """Stop the child and release the slots.
+
+        Batches the child finishes after the stop request are drained (their
+        slots handed back) so that it never waits for a slot nobody frees.
+        """
+        if self.proc.is_alive():
+            try:
+                self._requests.put(None)
+            except (OSError, ValueError):  # pragma: no cover - queue already closed
+                pass
+        deadline = time.perf_counter() + timeout_s
+        while self.proc.is_alive() and time.perf_counter() < deadline:
+            try:
+                msg = self._results.get(timeout=0.2)
+            except queue.Empty:
+                continue
+            if msg[0] == "batch":
+                self._release(msg)
+        if self.proc.is_alive():
+            self.proc.kill()
+        self.proc.join(timeout_s)
+        self._buffers.clear()
+        for q in (self._requests, self._results, self._free):
+            q.cancel_join_thread()
+            q.close()
