@@ -8,18 +8,23 @@ repeated ``--repeats`` times (medians reported):
 
 * ``inline``          — ``--no-pipeline``: schedule, sample, copy features, train, in turn;
 * ``pipeline``        — the same stages in the sampling/worker threads, ahead of training;
-* ``sampling``        — the stages alone in the pipeline's threads (batches produced and
-  dropped): sampling-only time as the pipeline runs it;
+* ``sampling``        — the stages alone as the pipeline runs them (batches produced and
+  dropped): sampling-only time;
 * ``sampling_inline`` — the stages alone, inline (for reference);
 * ``compute``         — forward/backward/all-reduce/step alone on pre-made batches: compute-only time.
 
 Headline ratio ``pipeline / inline`` (issue 5 goal <= 0.8 where sampling and
 compute take comparable time); also ``pipeline / max(sampling, compute)``
-(goal <= 1.15: the pipelined epoch is as long as its slower part).
+(goal <= 1.15: the pipelined epoch is as long as its slower part), where
+sampling is the faster of ``sampling`` and ``sampling_inline``.
 
-On a small shared CPU, overlap needs a free core for the sampling thread
-while the training thread computes: torch runs with ``--threads`` intra-op
-threads (default 1), numpy sampling releases the GIL.  ``--hidden`` sets the
+``--samplers process`` (default, as ``gnnflow train --strategy data``) runs
+the sample and load stages in a sampler process per rank
+(:mod:`gnnflow.dist.sampler_process`); ``--samplers thread`` in the sampling
+and worker threads of DistDGLv2 §4.2.1, which share the interpreter lock with
+the training thread.  On a small shared CPU, overlap needs a free core for the
+stages while the training thread computes: torch runs with ``--threads``
+intra-op threads (default 1).  ``--hidden`` sets the
 compute cost; ``--hidden auto`` picks, from a short calibration, the hidden
 size whose compute time is closest to the sampling time (the regime the
 issue's 0.8 refers to).  Sampling and compute are also reported so a reader
@@ -163,16 +168,18 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     # CPU cores this run actually obtained while pipelined: overlap needs more than one
     cores = statistics.median(c / max(w, 1e-9) for c, w in zip(cpu["pipeline"], times["pipeline"], strict=True))
     ratio = med["pipeline"] / med["inline"]
-    bound = max(med["sampling"], med["compute"])
+    # sampling-only: the faster of the stages alone as the pipeline runs them and inline (strict bound)
+    bound = max(min(med["sampling"], med["sampling_inline"]), med["compute"])
     ratio_bound = med["pipeline"] / bound
     summary = (f"pipeline/inline epoch time = {ratio:.3f} (goal <= 0.8); pipeline/max(sampling, compute) = "
                f"{ratio_bound:.3f} (goal <= 1.15); median epoch s: pipeline {med['pipeline']:.3f}, inline "
-               f"{med['inline']:.3f}, sampling-only {med['sampling']:.3f}, compute-only {med['compute']:.3f}; "
-               f"hidden={hidden}, workers={args.workers}, threads/rank={args.threads}; CPU cores obtained while "
-               f"pipelined {cores:.2f} (host load {_load()})")
+               f"{med['inline']:.3f}, sampling-only {med['sampling']:.3f} (inline {med['sampling_inline']:.3f}), "
+               f"compute-only {med['compute']:.3f}; samplers={args.samplers}, hidden={hidden}, "
+               f"workers={args.workers}, threads/rank={args.threads}; CPU cores obtained while pipelined "
+               f"{cores:.2f} (host load {_load()})")
     return {"ratio": ratio, "ratio_name": "pipeline_epoch_s / inline_epoch_s", "summary": summary,
             "ratio_vs_bound": ratio_bound, "median_epoch_s": med, "epoch_s": times, "cpu_s": cpu,
             "cores_obtained_pipelined": cores, "hidden": hidden,
             "calibration": {str(k): v for k, v in calibration.items()}, "workers": args.workers,
-            "threads": args.threads, "batch_size": args.batch_size, "fanouts": args.fanouts,
+            "threads": args.threads, "samplers": args.samplers, "batch_size": args.batch_size, "fanouts": args.fanouts,
             "model": args.model, "repeats": args.repeats, "epochs": args.epochs}
