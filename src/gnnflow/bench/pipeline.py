@@ -15,8 +15,8 @@ repeated ``--repeats`` times (medians reported):
 
 Headline ratio ``pipeline / inline`` (issue 5 goal <= 0.8 where sampling and
 compute take comparable time); also ``pipeline / max(sampling, compute)``
-(goal <= 1.15: the pipelined epoch is as long as its slower part), where
-sampling is the faster of ``sampling`` and ``sampling_inline``.
+(goal <= 1.15: the pipelined epoch is as long as its slower part), and the
+same against ``sampling_inline``.
 
 ``--samplers process`` (default, as ``gnnflow train --strategy data``) runs
 the sample and load stages in a sampler process per rank
@@ -168,17 +168,18 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     # CPU cores this run actually obtained while pipelined: overlap needs more than one
     cores = statistics.median(c / max(w, 1e-9) for c, w in zip(cpu["pipeline"], times["pipeline"], strict=True))
     ratio = med["pipeline"] / med["inline"]
-    # sampling-only: the faster of the stages alone as the pipeline runs them and inline (strict bound)
-    bound = max(min(med["sampling"], med["sampling_inline"]), med["compute"])
-    ratio_bound = med["pipeline"] / bound
+    # sampling-only: the stages alone as the pipeline runs them; also against the stages run inline
+    ratio_bound = med["pipeline"] / max(med["sampling"], med["compute"])
+    ratio_inline_bound = med["pipeline"] / max(med["sampling_inline"], med["compute"])
     summary = (f"pipeline/inline epoch time = {ratio:.3f} (goal <= 0.8); pipeline/max(sampling, compute) = "
-               f"{ratio_bound:.3f} (goal <= 1.15); median epoch s: pipeline {med['pipeline']:.3f}, inline "
+               f"{ratio_bound:.3f} (goal <= 1.15; {ratio_inline_bound:.3f} with sampling run inline); "
+               f"median epoch s: pipeline {med['pipeline']:.3f}, inline "
                f"{med['inline']:.3f}, sampling-only {med['sampling']:.3f} (inline {med['sampling_inline']:.3f}), "
                f"compute-only {med['compute']:.3f}; samplers={args.samplers}, hidden={hidden}, "
                f"workers={args.workers}, threads/rank={args.threads}; CPU cores obtained while pipelined "
                f"{cores:.2f} (host load {_load()})")
     return {"ratio": ratio, "ratio_name": "pipeline_epoch_s / inline_epoch_s", "summary": summary,
-            "ratio_vs_bound": ratio_bound, "median_epoch_s": med, "epoch_s": times, "cpu_s": cpu,
+            "ratio_vs_bound": ratio_bound, "ratio_vs_inline_sampling_bound": ratio_inline_bound, "median_epoch_s": med, "epoch_s": times, "cpu_s": cpu,
             "cores_obtained_pipelined": cores, "hidden": hidden,
             "calibration": {str(k): v for k, v in calibration.items()}, "workers": args.workers,
             "threads": args.threads, "samplers": args.samplers, "batch_size": args.batch_size, "fanouts": args.fanouts,

@@ -39,15 +39,21 @@ from gnnflow.errors import ConfigError
 Rows = np.ndarray | torch.Tensor
 
 
-def _rows_tensor(table: Rows, pos: np.ndarray) -> torch.Tensor:
-    """``table[pos]`` as a contiguous float tensor (one gather; works on memory maps)."""
+def _rows_tensor(table: Rows, pos: np.ndarray, out: torch.Tensor | None = None) -> torch.Tensor:
+    """``table[pos]`` as a contiguous float tensor (one gather; works on memory maps), written
+    into ``out`` when given."""
     if isinstance(table, torch.Tensor):
-        return table[torch.from_numpy(pos)]
+        return torch.index_select(table, 0, torch.from_numpy(pos), out=out) if out is not None \
+            else table[torch.from_numpy(pos)]
+    if out is not None and table.dtype == np.float32:
+        np.take(table, pos, axis=0, out=out.numpy())
+        return out
     if pos.shape[0] == 0:
         return torch.empty((0, *table.shape[1:]), dtype=torch.float32)
     # np.take gathers straight from the memory map into a new array (no view, no
     # extra copy); once a shard's pages are resident this is a plain memory gather
-    return torch.from_numpy(np.asarray(np.take(table, pos, axis=0), dtype=np.float32))
+    rows = torch.from_numpy(np.asarray(np.take(table, pos, axis=0), dtype=np.float32))
+    return out.copy_(rows) if out is not None else rows
 
 
 def _advise_random(table: Rows) -> None:
@@ -107,8 +113,13 @@ class FeatureStore:
     def owners(self, ids: np.ndarray) -> np.ndarray:
         return np.asarray(self.node_part[ids], dtype=np.int64)
 
-    def fetch(self, ids: np.ndarray | torch.Tensor, counters: dict[str, float] | None = None) -> torch.Tensor:
-        """Rows of global ``ids`` (float32 ``[len(ids), D]``), in the order of ``ids``.  Collective."""
+    def fetch(self, ids: np.ndarray | torch.Tensor, counters: dict[str, float] | None = None,
+              out: torch.Tensor | None = None) -> torch.Tensor:
+        """Rows of global ``ids`` (float32 ``[len(ids), D]``), in the order of ``ids``.  Collective.
+
+        ``out`` (float32, contiguous, that shape) receives the rows instead of a new tensor
+        (a sampler process gathers straight into its hand-over slot).
+        """
         ids_np = ids.numpy() if isinstance(ids, torch.Tensor) else np.asarray(ids)
         ids_np = ids_np.astype(np.int64, copy=False)
         n = ids_np.shape[0]
@@ -116,9 +127,10 @@ class FeatureStore:
         local = owner == self.rank
         lpos = np.flatnonzero(local)
         if lpos.size == n:  # all local (e.g. one rank): the gather is the answer
-            out = _rows_tensor(self.table, self.part.global_to_local(ids_np))
+            out = _rows_tensor(self.table, self.part.global_to_local(ids_np), out)
         else:
-            out = torch.empty((n, *self.table.shape[1:]), dtype=torch.float32)
+            if out is None:
+                out = torch.empty((n, *self.table.shape[1:]), dtype=torch.float32)
             if lpos.size:
                 inner = self.part.global_to_local(ids_np[lpos])
                 out.index_copy_(0, torch.from_numpy(lpos), _rows_tensor(self.table, inner))

@@ -93,13 +93,12 @@ def _die_with_parent() -> None:
 
 
 def _pack(mb: MiniBatch) -> tuple[list[torch.Tensor], list[tuple[Any, ...]], int]:
-    """The batch's stage outputs (block tensors, input rows) as tensors, their layout in a
-    slot ``(key, dtype, shape, byte offset)``, and the bytes needed."""
+    """The batch's stage outputs (input rows first, then block tensors) as tensors, their
+    layout in a slot ``(key, dtype, shape, byte offset)``, and the bytes needed."""
     assert mb.blocks is not None
-    named: list[tuple[Any, torch.Tensor]] = [((i, f), getattr(b, f)) for i, b in enumerate(mb.blocks)
-                                             for f in _BLOCK_FIELDS if getattr(b, f) is not None]
-    if mb.inputs is not None:
-        named.append(("inputs", mb.inputs))
+    named: list[tuple[Any, torch.Tensor]] = [("inputs", mb.inputs)] if mb.inputs is not None else []
+    named += [((i, f), getattr(b, f)) for i, b in enumerate(mb.blocks) for f in _BLOCK_FIELDS
+              if getattr(b, f) is not None]
     tensors, layout, offset = [], [], 0
     for key, t in named:
         t = t.contiguous()
@@ -121,6 +120,22 @@ def _unpack(buf: torch.Tensor, layout: list[tuple[Any, ...]], mb: MiniBatch) -> 
         else:
             blocks[key[0]][key[1]] = t
     mb.blocks = [Block(**blocks[i]) for i in range(len(blocks))]
+
+
+class _Slots(dict):
+    """The child's shared-memory slots by index, made (or remade larger) on demand."""
+
+    def __init__(self, min_bytes: int) -> None:
+        super().__init__()
+        self.min_bytes = min_bytes
+
+    def ensure(self, slot: int, nbytes: int) -> torch.Tensor | None:
+        """Make ``slot`` hold ``nbytes``; returns the new buffer when it was (re)made, else None.
+        Tensors viewing the old buffer stay valid (they hold its storage)."""
+        if slot in self and self[slot].numel() >= nbytes:
+            return None
+        self[slot] = torch.empty(max(nbytes + nbytes // 4, self.min_bytes), dtype=torch.uint8).share_memory_()
+        return self[slot]
 
 
 def _take_slot(free: Any, parent_pid: int) -> int | None:
@@ -155,7 +170,7 @@ def _serve(spec: SamplerSpec, parent_pid: int, requests: Any, results: Any, free
             init_group(spec.rank, spec.world_size, spec.addr, spec.port, "gloo", spec.timeout_s,
                        store_is_external=True)
         strategy = _build_stages(spec)
-        slots: dict[int, torch.Tensor] = {}
+        slots = _Slots(min_slot_bytes)
         results.put(("ready",))
         while True:
             try:
@@ -171,19 +186,25 @@ def _serve(spec: SamplerSpec, parent_pid: int, requests: Any, results: Any, free
             t0 = time.perf_counter()
             strategy.sample_stage(mb)
             t1 = time.perf_counter()
-            strategy.load_stage(mb)
-            times = {"sample": t1 - t0, "load": time.perf_counter() - t1}
-            tensors, layout, nbytes = _pack(mb)
             slot = _take_slot(free, parent_pid)
             if slot is None:
                 return
-            grown = None
-            if slot not in slots or slots[slot].numel() < nbytes:
-                slots[slot] = torch.empty(max(nbytes + nbytes // 4, min_slot_bytes), dtype=torch.uint8).share_memory_()
-                grown = slots[slot]
+            # the load stage gathers the input rows straight into the slot (offset 0)
+            rows = (mb.blocks[0].num_src, strategy.in_dim)
+            rows_bytes = 4 * rows[0] * rows[1]
+            grown = slots.ensure(slot, -(-rows_bytes // _ALIGN) * _ALIGN + _pack(mb)[2])
+            if strategy.feature_store is not None:
+                mb.meta["inputs_out"] = slots[slot][:rows_bytes].view(torch.float32).view(rows)
+            t2 = time.perf_counter()
+            strategy.load_stage(mb)
+            times = {"sample": t1 - t0, "load": time.perf_counter() - t2}
+            tensors, layout, nbytes = _pack(mb)  # degrees the load stage added may need more room
+            grown = slots.ensure(slot, nbytes) or grown  # the old buffer lives on in ``tensors``
             buf = slots[slot]
             for t, (_, _, _, off) in zip(tensors, layout, strict=True):
-                buf[off:off + t.numel() * t.element_size()].view(t.dtype).copy_(t.reshape(-1))
+                dest = buf[off:off + t.numel() * t.element_size()].view(t.dtype)
+                if dest.data_ptr() != t.data_ptr():
+                    dest.copy_(t.reshape(-1))
             results.put(("batch", epoch, index, slot, grown, layout, mb.counters, times))
     except BaseException as exc:  # report to the rank, which raises it
         results.put(("error", f"{type(exc).__name__}: {exc}", traceback.format_exc()))

@@ -332,7 +332,8 @@ class MiniBatchStrategy(Strategy):
     def load_stage(self, mb: MiniBatch) -> MiniBatch:
         assert self.feature_store is not None and mb.blocks is not None
         before = self._stats_totals(self.load_stats)
-        mb.inputs = self.feature_store.fetch(mb.blocks[0].src_ids, mb.counters)
+        # a sampler process passes its hand-over slot as the destination of the rows
+        mb.inputs = self.feature_store.fetch(mb.blocks[0].src_ids, mb.counters, out=mb.meta.pop("inputs_out", None))
         if self.degree_store is not None:
             # every block's vertices are a prefix of blocks[0].src_ids (dst first, DGL layout)
             deg = self.degree_store.fetch(mb.blocks[0].src_ids)
