@@ -37,7 +37,7 @@ def test_killed_rank_fails_the_run_within_60s_and_leaves_nothing(default_graph_b
     env = dict(os.environ, GNNFLOW_DIST_TIMEOUT="30")
     cmd = [sys.executable, "-m", "gnnflow.cli", "train", "--strategy", "data", "--graph", str(graph),
            "--partition", str(book), "--workers", "4", "--epochs", "200", "--batch-size", "64",
-           "--eval-every", "1000", "--out", str(out)]
+           "--eval-every", "1000", "--samplers", "process", "--out", str(out)]
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     parent = psutil.Process(proc.pid)
     try:
@@ -51,7 +51,7 @@ def test_killed_rank_fails_the_run_within_60s_and_leaves_nothing(default_graph_b
         assert len(ranks) == 4
         everything = parent.children(recursive=True)
         samplers = [p for r in ranks for p in r.children() if "spawn_main" in " ".join(p.cmdline())]
-        assert len(samplers) == 4  # one sampler process per rank (samplers=process, the default)
+        assert len(samplers) == 4  # one sampler process per rank; they must go too
         time.sleep(0.5)  # mid-epoch
         victim = ranks[2]
         t0 = time.monotonic()

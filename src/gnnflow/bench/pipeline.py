@@ -18,7 +18,7 @@ compute take comparable time); also ``pipeline / max(sampling, compute)``
 (goal <= 1.15: the pipelined epoch is as long as its slower part), and the
 same against ``sampling_inline``.
 
-``--samplers process`` (default, as ``gnnflow train --strategy data``) runs
+``--samplers process`` (default here; ``gnnflow train --samplers process``) runs
 the sample and load stages in a sampler process per rank
 (:mod:`gnnflow.dist.sampler_process`); ``--samplers thread`` in the sampling
 and worker threads of DistDGLv2 §4.2.1, which share the interpreter lock with
@@ -60,8 +60,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads per rank")
     parser.add_argument("--samplers", choices=("process", "thread"), default="process",
-                        help="where the pipeline samples: a sampler process per rank (default) or the "
-                        "sampling thread of DistDGLv2 §4.2.1 (= --opt samplers=...)")
+                        help="where the pipeline samples: a sampler process per rank (default here) or "
+                        "the sampling thread of DistDGLv2 §4.2.1 (train's default; = --opt samplers=...)")
     parser.add_argument("--seed", type=int, default=0)
 
 

@@ -43,8 +43,8 @@ _FLAGS: dict[str, tuple[str, type, str]] = {
 # (option key, value when the flag is given, or a type for flags taking a value).
 _OPTION_FLAGS: dict[str, tuple[str, Any, str]] = {
     "--no-pipeline": ("pipeline", False, "data/split/hec: run the mini-batch stages inline (DistDGLv2 §4.2.1 off)"),
-    "--samplers": ("samplers", str, "data: run the sample/load stages in a sampler 'process' per rank (default) "
-                   "or in the pipeline's 'thread' (DistDGLv2 §4.2.1)"),
+    "--samplers": ("samplers", str, "data: run the sample/load stages in the pipeline's 'thread' (DistDGLv2 §4.2.1, "
+                   "default) or in a sampler 'process' per rank (faster on CPU hosts)"),
     "--replicate-structure": ("replicate_structure", True, "data: keep the whole CSR on every rank (no remote sampling)"),
     "--split-group-size": ("split_group_size", int, "split: k ranks per split group, data-parallel across groups (GSplit §6.4)"),
     "--no-overlap": ("overlap", False, "fullbatch: broadcast and SpMM in sequence (MG-GCN §4.3 off)"),

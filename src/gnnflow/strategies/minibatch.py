@@ -147,8 +147,9 @@ class MiniBatchStrategy(Strategy):
         self.cache_rows = int(opts.get("cache_rows", 0))
         self.presample_batches = int(opts.get("presample_batches", 8))
         self.use_ddp = _bool(opts.get("ddp", False))
-        # sampler processes run the shared sample/load stages; strategies with their own use the thread
-        self.samplers = str(opts.get("samplers", "process" if self.has_shared_stages() else "thread"))
+        # "process": the shared sample/load stages in a sampler process per rank (faster on a CPU host,
+        # costs a second interpreter per rank); "thread": DistDGLv2 §4.2.1's sampling thread (default)
+        self.samplers = str(opts.get("samplers", "thread"))
         if self.samplers not in ("thread", "process"):
             raise ConfigError(f"options.samplers: 'thread' or 'process', got {self.samplers!r}")
         if self.samplers == "process" and not self.has_shared_stages():
