@@ -1,37 +1,39 @@
-"""Sampler processes: the pipeline's sampling stage in its own process (DistDGL's design).
+"""Sampler processes: the pipeline's sample and load stages in a process per rank (DistDGL's design).
 
-DistDGLv2 §4.2.1 runs neighbour sampling in a sampling *thread* of the trainer.
-In CPython a sampling thread and the training thread share one interpreter
-lock: both make thousands of short numpy/torch calls per mini-batch, each of
-which drops the lock and takes it back, so the two threads hand the lock to
-each other constantly and neither runs at full speed (measured in
-docs/runtime.md: the training thread runs ~25 % slower beside the sampling
-thread, and the pipelined epoch stays ~1.3x its slower stage).  DistDGL itself
-samples in separate *sampler processes* (``num_samplers``); this module does
-the same for one sampler process per rank (option ``samplers=process``):
+DistDGLv2 §4.2.1 runs neighbour sampling and the CPU feature copy in a
+sampling *thread* and worker threads of the trainer.  In CPython those threads
+and the training thread share one interpreter lock: all of them make thousands
+of short numpy/torch calls per mini-batch, each of which drops the lock and
+takes it back, so they hand the lock to each other constantly and none runs at
+full speed (docs/runtime.md: the training thread runs ~25 % slower beside the
+sampling thread; the pipelined epoch stays 1.2-1.5x its slower half).  DistDGL
+itself samples in separate *sampler processes* (``num_samplers``); with
+``samplers=process`` a rank does the same with one sampler process:
 
-* the child is spawned by the rank's main thread in ``prepare()``; it opens the
-  partition book (memory-mapped: the part's CSR pages are shared with the
-  parent through the page cache) and builds the same sampler the rank would
-  (:func:`gnnflow.dist.dist_sampler.make_sampler`);
+* the child is spawned by the rank's main thread in ``prepare()``; it builds
+  the rank's own strategy class with the same configuration and calls
+  ``prepare_stages()`` (part, targets, sampler, feature store, degrees, cache;
+  no model), so it runs exactly the rank's ``sample_stage`` and ``load_stage``
+  with the same per-batch random streams.  The part's feature shard is
+  memory-mapped, so its pages are shared with the rank through the page cache;
 * the rank sends each scheduled batch's target ids (a few KiB) to the child,
-  keeping up to ``slots`` requests ahead; the child samples exactly what the
-  in-process stage samples (:func:`~gnnflow.dist.dist_sampler.sample_minibatch`,
-  one random stream per (seed, rank, epoch, batch)), and writes every tensor of
-  the blocks into ONE shared-memory slot (a ring of ``slots`` buffers reused
-  for the whole run, grown when a batch does not fit): the hand-over costs one
-  small message and one copy out of the slot, not one shared-memory segment per
-  tensor;
-* with several ranks the children form their own process group (gloo, the
-  rendezvous port chosen by rank 0's parent and broadcast), and the
-  distributed sampler's per-hop exchanges run there: samplers talk to
-  samplers, trainers to trainers, as DistDGL's sampler processes talk to the
-  graph servers.  Every child serves the same batches in the same order, so
-  the collectives match.
+  keeping up to ``slots`` requests ahead; the child samples, gathers the input
+  rows straight into ONE shared-memory slot (a ring of ``slots`` buffers reused
+  for the whole run, remade larger when a batch does not fit) and writes the
+  blocks' tensors after them: the hand-over costs one small message and one
+  copy out of the slot in the rank, not one shared-memory segment per tensor;
+* with several ranks the children form their own process group (gloo; its
+  rendezvous store is held by rank 0's trainer, which broadcasts the port), and
+  the per-hop sampling exchanges and remote feature fetches run there: samplers
+  talk to samplers, trainers to trainers, as DistDGL's sampler processes talk
+  to the graph servers.  Every child serves the same batches in the same
+  order, so the collectives match.
 
 A child dies with its rank (``PR_SET_PDEATHSIG`` and a parent check on every
 idle second); the rank notices a dead or failing child within a second and
-raises :class:`~gnnflow.errors.DistributedError` naming it.
+raises :class:`~gnnflow.errors.DistributedError` naming it.  Code that starts
+such a pipeline from a script needs the ``if __name__ == "__main__":`` guard of
+spawned processes.
 """
 
 from __future__ import annotations
