@@ -179,8 +179,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                f"workers={args.workers}, threads/rank={args.threads}; CPU cores obtained while pipelined "
                f"{cores:.2f} (host load {_load()})")
     return {"ratio": ratio, "ratio_name": "pipeline_epoch_s / inline_epoch_s", "summary": summary,
-            "ratio_vs_bound": ratio_bound, "ratio_vs_inline_sampling_bound": ratio_inline_bound, "median_epoch_s": med, "epoch_s": times, "cpu_s": cpu,
+            "ratio_vs_bound": ratio_bound, "ratio_vs_inline_sampling_bound": ratio_inline_bound,
+            "median_epoch_s": med, "epoch_s": times, "cpu_s": cpu,
             "cores_obtained_pipelined": cores, "hidden": hidden,
             "calibration": {str(k): v for k, v in calibration.items()}, "workers": args.workers,
-            "threads": args.threads, "samplers": args.samplers, "batch_size": args.batch_size, "fanouts": args.fanouts,
+            "threads": args.threads, "samplers": args.samplers, "batch_size": args.batch_size,
+            "fanouts": args.fanouts,
             "model": args.model, "repeats": args.repeats, "epochs": args.epochs}

@@ -115,7 +115,7 @@ def _unpack(buf: torch.Tensor, layout: list[tuple[Any, ...]], mb: MiniBatch) -> 
     blocks: dict[int, dict[str, torch.Tensor]] = collections.defaultdict(dict)
     for key, dtype_name, shape, off in layout:
         dtype = getattr(torch, dtype_name)
-        n = math.prod(shape) * torch.empty(0, dtype=dtype).element_size()
+        n = math.prod(shape) * dtype.itemsize
         t = buf[off:off + n].view(dtype).view(shape).clone()
         if key == "inputs":
             mb.inputs = t
@@ -262,11 +262,17 @@ class SamplerProcess:
                 raise DistributedError(f"sampler process of rank {self.spec.rank} failed: {msg[1]}\n{msg[2]}")
             return msg
 
-    def _release(self, msg: tuple[Any, ...]) -> None:
-        """Hand a batch message's slot back unread (keeping a slot the child made anew)."""
-        if msg[4] is not None:
-            self._buffers[msg[3]] = msg[4]
+    def _adopt(self, slot: int, grown: torch.Tensor | None) -> torch.Tensor:
+        """Slot ``slot``'s buffer, taking ``grown`` when the child made it anew (first use, or a
+        larger batch)."""
+        if grown is not None:
+            self._buffers[slot] = grown
             self.slots_made += 1
+        return self._buffers[slot]
+
+    def _release(self, msg: tuple[Any, ...]) -> None:
+        """Hand a batch message's slot back unread."""
+        self._adopt(msg[3], msg[4])
         self._free.put(msg[3])
 
     def wait_ready(self) -> None:
@@ -314,10 +320,7 @@ class SamplerProcess:
             if (epoch, index) != (mb.epoch, mb.index):
                 raise DistributedError(f"sampler process of rank {self.spec.rank}: got batch {(epoch, index)}, "
                                        f"expected {(mb.epoch, mb.index)}")
-            if grown is not None:  # the child made this slot anew (first use, or a larger batch)
-                self._buffers[slot] = grown
-                self.slots_made += 1
-            _unpack(self._buffers[slot], layout, mb)
+            _unpack(self._adopt(slot, grown), layout, mb)
             self._free.put(slot)
             refill()
             mb.counters.update(counters)

@@ -332,7 +332,7 @@ class MiniBatchStrategy(Strategy):
 
     def load_stage(self, mb: MiniBatch) -> MiniBatch:
         assert self.feature_store is not None and mb.blocks is not None
-        before = self._stats_totals(self.load_stats)
+        before = stats_totals(self.load_stats)
         # a sampler process passes its hand-over slot as the destination of the rows
         mb.inputs = self.feature_store.fetch(mb.blocks[0].src_ids, mb.counters, out=mb.meta.pop("inputs_out", None))
         if self.degree_store is not None:
@@ -340,7 +340,7 @@ class MiniBatchStrategy(Strategy):
             deg = self.degree_store.fetch(mb.blocks[0].src_ids)
             for b in mb.blocks:
                 b.src_deg, b.dst_deg = deg[: b.num_src, 1], deg[: b.num_dst, 0]
-        self._add_stats_delta(mb, self.load_stats, before, "load")
+        add_stats_delta(mb, self.load_stats, before, "load")
         return mb
 
     def device_stage(self, mb: MiniBatch) -> MiniBatch:
@@ -353,17 +353,13 @@ class MiniBatchStrategy(Strategy):
                 mb.labels = mb.labels.to(dev, non_blocking=True)
         return mb
 
-    # per-stage byte counting, shared with the subclasses' stages
-    _stats_totals = staticmethod(stats_totals)
-    _add_stats_delta = staticmethod(add_stats_delta)
-
     def train_batch_counting(self, mb: MiniBatch, rec: Recorder, stats: CommStats, stage: str) -> float:
         """:meth:`train_batch`, also recording the bytes ``stats`` counted during it (exchanges
         inside forward/backward: P3's push/pull, split parallelism's shuffles) under ``stage``."""
-        before = self._stats_totals(stats)
+        before = stats_totals(stats)
         loss = MiniBatchStrategy.train_batch(self, mb, rec)
         probe = MiniBatch(epoch=mb.epoch, index=mb.index, targets=mb.targets)
-        self._add_stats_delta(probe, stats, before, stage)
+        add_stats_delta(probe, stats, before, stage)
         for key in ("bytes_sent", "bytes_received", f"{stage}_bytes_received"):
             rec.count(key, probe.counters.get(key, 0.0))
         return loss

@@ -39,7 +39,7 @@ import torch.nn.functional as F
 
 from gnnflow.config import TrainConfig
 from gnnflow.dist.comm import CommStats, all_reduce_gradients, all_to_all_rows, alltoallv, world
-from gnnflow.dist.pipeline import MiniBatch, stage_groups
+from gnnflow.dist.pipeline import MiniBatch, add_stats_delta, stage_groups, stats_totals
 from gnnflow.dist.split_sampling import SplitGraph, SplitSample, SplitSampler, sp_sample
 from gnnflow.errors import ConfigError
 from gnnflow.results.schema import Recorder
@@ -201,7 +201,7 @@ class SplitParallel(MiniBatchStrategy):
     def sample_stage(self, mb: MiniBatch) -> MiniBatch:
         from gnnflow.partition.metrics import split_metrics
 
-        before = self._stats_totals(self.sample_stats)
+        before = stats_totals(self.sample_stats)
         sample = sp_sample(self.sampler, mb.targets, self.sample_stats)
         mb.blocks = sample.blocks
         mb.meta["split"] = sample
@@ -210,7 +210,7 @@ class SplitParallel(MiniBatchStrategy):
         m = split_metrics(sample.blocks, self.graph.node_part, self.k)
         mb.meta["split_edges"] = m["edges"]
         mb.meta["split_cross"] = [round(c * e) for c, e in zip(m["cross_fraction"], m["edges"], strict=True)]
-        self._add_stats_delta(mb, self.sample_stats, before, "sample")
+        add_stats_delta(mb, self.sample_stats, before, "sample")
         return mb
 
     def load_stage(self, mb: MiniBatch) -> MiniBatch:
