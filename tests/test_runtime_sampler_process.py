@@ -137,3 +137,16 @@ def test_process_samplers_refused_for_a_strategy_with_its_own_stages(graph_book)
     with pytest.raises(ConfigError, match="samplers=process: strategy 'p3' has its own"):
         PushPull(cfg, RankContext())
     assert DataParallel(TrainConfig(graph=graph_book[0], strategy="data"), RankContext()).samplers == "thread"
+
+
+@pytest.mark.parametrize("strategy, samplers, message", [
+    ("data", "fork", "options.samplers: 'thread' or 'process', got 'fork'"),
+    ("p3", "process", "samplers=process: strategy 'p3' has its own"),
+])
+def test_bad_samplers_option_fails_before_anything_is_written(graph_book, tmp_path, strategy, samplers, message):
+    out = tmp_path / "run"
+    cfg = TrainConfig(graph=graph_book[0], partition=graph_book[1], strategy=strategy, workers=2, out=str(out),
+                      options={"samplers": samplers})
+    with pytest.raises(ConfigError, match=message):
+        run_training(cfg)
+    assert not out.exists()

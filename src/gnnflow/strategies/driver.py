@@ -212,6 +212,9 @@ def run_training(cfg: TrainConfig) -> list[EpochRecord]:
     cls = strategy_class(cfg.strategy)
     if not cls.distributed and cfg.workers > 1:
         raise ConfigError(f"strategy {cfg.strategy!r} runs in one process; use --workers 1")
+    # the strategy's constructor checks its options (no data, no process group): a bad option
+    # fails here, before the run directory is written, not in every rank afterwards
+    cls(TrainConfig.from_dict(cfg.to_dict()), RankContext(world_size=max(1, cfg.workers)))
     # under torchrun/srun every rank runs this function; only rank 0 writes files
     is_rank0 = int(os.environ.get("RANK", os.environ.get("SLURM_PROCID", "0"))) == 0
     if is_rank0:
