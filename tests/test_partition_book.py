@@ -72,7 +72,7 @@ def test_write_rows_in_chunks_from_memmap(tmp_path):
     src.flush()
     src = np.load(tmp_path / "src.npy", mmap_mode="r")
     rows = np.sort(np.random.default_rng(0).choice(1000, 300, replace=False))
-    _write_rows(tmp_path / "out.npy", src, rows, chunk=64)  # 5 chunks, the last one partial
+    _write_rows(tmp_path / "out.npy", src, rows, chunk_bytes=64 * 3 * 4)  # 64 rows: 5 chunks, the last partial
     out = np.load(tmp_path / "out.npy", mmap_mode="r")
     assert out.dtype == np.float32 and out.shape == (300, 3)
     np.testing.assert_array_equal(out, src[rows])

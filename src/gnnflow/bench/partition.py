@@ -4,21 +4,26 @@ Both pipelines start from the same graph store on disk and end with every
 part's structure and feature shard written:
 
 * ours: ``partition_graph(store, "metis", P, constraints=vertices,train,edges)``
-  (multi-constraint METIS through libmetis, DistDGLv2 §4.1.3) writing the book;
+  (multi-constraint METIS through libmetis, DistDGLv2 §4.1.3; on graphs from
+  2^21 adjacency entries METIS partitions the label-propagation-coarsened graph
+  and the result is refined, ``--coarsen auto``) writing the book;
 * DGL: load the store into a DGLGraph, ``partition_graph(part_method="metis",
   balance_ntypes=train_mask, balance_edges=True)`` (DGL's own balance of
   vertices, training vertices and edges), writing DGL's layout.
 
-Each run is a fresh subprocess, so its peak RSS (``ru_maxrss``) is its own;
-the runs alternate ours/DGL and repeat, and medians are reported.  RSS counts
+Each run is a fresh subprocess whose peak RSS is read from ``VmHWM`` in
+``/proc/self/status``, the high-water mark of its own address space.  (Not
+``ru_maxrss``: Python starts subprocesses with vfork, and Linux carries the
+high-water mark of the address space replaced at exec -- the parent's, which
+generated the graph -- into the child's ``ru_maxrss``.)  The runs alternate ours/DGL and repeat, and medians are reported.  RSS counts
 the pages of the memory-mapped store that a pipeline touches, so "peak RSS vs
 CSR+features size" is the honest whole-process figure; the RSS above the
 interpreter's baseline (after imports) is reported too.
 
-One more fresh process runs the METIS call alone on the arrays our pipeline
-hands it (``idx_t`` CSR and constraint weights, built the same way): its peak
-RSS, and the RSS METIS adds above those inputs, show how much of our peak is
-libmetis's own working memory, which no pipeline around it can avoid.
+Both partitions' edge cuts are reported (quality is part of the comparison).
+One more fresh process runs plain METIS (``--coarsen none``) alone on the whole
+graph's ``idx_t`` arrays: its peak RSS, and the RSS METIS adds above its
+inputs, show what the coarsening saves.
 """
 
 from __future__ import annotations
@@ -47,7 +52,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _rss_mib() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+    """Peak RSS of this process's address space (``VmHWM``), MiB."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024.0
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # pragma: no cover - not Linux
 
 
 def _current_rss_mib() -> float:
@@ -84,11 +94,24 @@ def worker(which: str, graph: str, parts: int, out: str, seed: int) -> dict[str,
 
         g = store_to_dgl(store)
         with contextlib.redirect_stdout(io.StringIO()):
-            dgl_partition_graph(g, "bench", parts, out, part_method="metis",
-                                balance_ntypes=g.ndata["train_mask"], balance_edges=True)
+            orig_nids, _ = dgl_partition_graph(g, "bench", parts, out, part_method="metis",
+                                               balance_ntypes=g.ndata["train_mask"], balance_edges=True,
+                                               return_mapping=True)
     wall = time.perf_counter() - t0
-    del np
-    return {"wall_s": wall, "peak_rss_mib": _rss_mib(), "baseline_rss_mib": base}
+    result = {"wall_s": wall, "peak_rss_mib": _rss_mib(), "baseline_rss_mib": base}
+    # quality, after the peak was read: ours from meta.json, DGL's from its node map
+    if which == "ours":
+        result["edge_cut_pct"] = json.loads((Path(out) / "meta.json").read_text())["quality"]["edge_cut_pct"]
+        result["coarsen"] = json.loads((Path(out) / "meta.json").read_text()).get("coarsen")
+    else:
+        from gnnflow.partition.metrics import edge_cut
+
+        ranges = json.loads((Path(out) / "bench.json").read_text())["node_map"]
+        bounds = np.asarray([r[1] for r in next(iter(ranges.values()))])
+        node_part = np.empty(store.num_nodes, dtype=np.int32)
+        node_part[np.asarray(orig_nids)] = np.searchsorted(bounds, np.arange(store.num_nodes), side="right")
+        result["edge_cut_pct"] = 100.0 * edge_cut(store.indptr, store.indices, node_part) / store.num_edges
+    return result
 
 
 def _metis_alone(store: Any, parts: int, seed: int, base: float) -> dict[str, Any]:
@@ -155,6 +178,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     rss_ours, rss_dgl = med("ours", "peak_rss_mib"), med("dgl", "peak_rss_mib")
     above_ours = statistics.median(r["peak_rss_mib"] - r["baseline_rss_mib"] for r in runs["ours"])
     above_dgl = statistics.median(r["peak_rss_mib"] - r["baseline_rss_mib"] for r in runs["dgl"])
+    cut_ours, cut_dgl = med("ours", "edge_cut_pct"), med("dgl", "edge_cut_pct")
+    coarsen = runs["ours"][0].get("coarsen")
     ratio = t_ours / t_dgl
     metis_peak, metis_own = alone["peak_rss_mib"], alone["peak_rss_mib"] - alone["inputs_rss_mib"]
     return {
@@ -164,10 +189,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     f"time ours/DGL = {ratio:.3f} ({t_ours:.2f}s vs {t_dgl:.2f}s); peak RSS ours "
                     f"{rss_ours:.0f} MiB = {rss_ours / size_mib:.2f}x CSR+features ({size_mib:.0f} MiB), "
                     f"DGL {rss_dgl:.0f} MiB = {rss_dgl / size_mib:.2f}x; above baseline ours "
-                    f"{above_ours:.0f} MiB, DGL {above_dgl:.0f} MiB; median of {args.repeat}. "
-                    f"METIS call alone: peak {metis_peak:.0f} MiB = {metis_peak / size_mib:.2f}x, of which "
-                    f"{metis_own:.0f} MiB = {metis_own / size_mib:.2f}x is libmetis's working memory "
-                    f"above its input arrays"),
+                    f"{above_ours:.0f} MiB, DGL {above_dgl:.0f} MiB; edge cut ours {cut_ours:.2f}% "
+                    f"(coarsen {coarsen}), DGL {cut_dgl:.2f}%; median of {args.repeat}. "
+                    f"Plain METIS call alone (coarsen none): peak {metis_peak:.0f} MiB = "
+                    f"{metis_peak / size_mib:.2f}x, of which {metis_own:.0f} MiB = {metis_own / size_mib:.2f}x "
+                    f"is libmetis's working memory above its input arrays"),
         "num_nodes": store.num_nodes,
         "num_edges": store.num_edges,
         "parts": args.parts,
@@ -180,6 +206,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "dgl_rss_over_graph": rss_dgl / size_mib,
         "ours_rss_above_baseline_mib": above_ours,
         "dgl_rss_above_baseline_mib": above_dgl,
+        "ours_edge_cut_pct": cut_ours,
+        "dgl_edge_cut_pct": cut_dgl,
+        "ours_coarsen": coarsen,
         "metis_alone_peak_rss_mib": metis_peak,
         "metis_alone_rss_over_graph": metis_peak / size_mib,
         "metis_working_mib": metis_own,

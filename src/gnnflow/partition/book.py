@@ -228,20 +228,30 @@ def release_pages(*arrays: Any) -> None:
                 pass
 
 
-def gather_rows(indptr: np.ndarray, indices: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Sub-CSR of ``rows``: ``(sub_indptr, neighbour global ids)``, vectorized."""
+def gather_rows(indptr: np.ndarray, indices: np.ndarray, rows: np.ndarray,
+                chunk: int = 1 << 14) -> tuple[np.ndarray, np.ndarray]:
+    """Sub-CSR of ``rows``: ``(sub_indptr, neighbour global ids)``, vectorized.
+
+    Gathered ``chunk`` rows at a time, dropping the pages of a memory-mapped
+    ``indices`` after each chunk: resident memory is the output plus one chunk.
+    """
     rows = np.asarray(rows, dtype=np.int64)
     starts = np.asarray(indptr[rows], dtype=np.int64)
     lengths = np.asarray(indptr[rows + 1], dtype=np.int64) - starts
     sub_indptr = np.zeros(rows.shape[0] + 1, dtype=np.int64)
     np.cumsum(lengths, out=sub_indptr[1:])
-    total = int(sub_indptr[-1])
-    if total == 0:
-        return sub_indptr, np.zeros(0, dtype=np.int64)
-    # position -> source offset: arange(total) + (start - sub_indptr) repeated per row
-    offs = np.repeat(starts - sub_indptr[:-1], lengths)
-    offs += np.arange(total, dtype=np.int64)
-    return sub_indptr, np.asarray(indices[offs], dtype=np.int64)
+    out = np.empty(int(sub_indptr[-1]), dtype=np.int64)
+    for s in range(0, rows.shape[0], chunk):
+        e = min(rows.shape[0], s + chunk)
+        lo, hi = int(sub_indptr[s]), int(sub_indptr[e])
+        if hi == lo:
+            continue
+        # position -> source offset: arange + (start - sub_indptr) repeated per row
+        offs = np.repeat(starts[s:e] - sub_indptr[s:e], lengths[s:e])
+        offs += np.arange(lo, hi, dtype=np.int64)
+        out[lo:hi] = indices[offs]
+        release_pages(indices)
+    return sub_indptr, out
 
 
 def khop_in_neighbourhood(indptr: np.ndarray, indices: np.ndarray, seeds: np.ndarray, hops: int,
@@ -309,12 +319,14 @@ def write_parts(tmp: Path, store: Any, node_part: np.ndarray, num_parts: int,
     return stats
 
 
-def _write_rows(path: Path, src: np.ndarray, rows: np.ndarray, chunk: int = 1 << 16) -> None:
-    """Write ``src[rows]`` as a float32 .npy file chunk by chunk.
+def _write_rows(path: Path, src: np.ndarray, rows: np.ndarray, chunk_bytes: int = 4 << 20) -> None:
+    """Write ``src[rows]`` as a float32 .npy file chunk by chunk (about ``chunk_bytes`` each).
 
     Plain writes (not a writable memory map, whose dirty pages would count in
-    RSS) and the source's pages dropped after every chunk: RSS stays at one chunk.
+    RSS) and the source's pages dropped after every chunk: RSS stays at one chunk
+    and the source pages it spans.
     """
+    chunk = max(1, chunk_bytes // max(1, int(src.shape[1]) * 4))
     header = {"descr": np.lib.format.dtype_to_descr(np.dtype(np.float32)), "fortran_order": False,
               "shape": (int(rows.shape[0]), int(src.shape[1]))}
     with open(path, "wb") as f:

@@ -22,6 +22,7 @@ METHOD_OPTIONS = {
     "library": "library",
     "launcher": "launcher",
     "permute": "permute",
+    "coarsen": "coarsen",
 }
 
 
@@ -44,6 +45,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--imbalance", type=float, default=None, help="METIS load imbalance target (default 1.03)")
     parser.add_argument("--backend", default=None, choices=["libmetis", "pymetis"],
                         help="metis: libmetis (multi-constraint, default) or pymetis (first constraint only)")
+    parser.add_argument("--coarsen", default=None, choices=["auto", "lp", "none"],
+                        help="metis-based methods: give METIS a graph coarsened by label propagation and refine "
+                             "its partition (lp; a fraction of METIS's memory), the whole graph (none), or lp "
+                             "from 2^21 adjacency entries on (auto, default)")
     parser.add_argument("--np", type=int, default=None, help="parmetis: number of MPI ranks (default 2)")
     parser.add_argument("--idx-bits", type=int, default=None, choices=[32, 64],
                         help="parmetis: integer width of the library's idx_t (default: detect)")

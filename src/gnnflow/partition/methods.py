@@ -23,7 +23,7 @@ from gnnflow.partition.api import Assignment
 from gnnflow.partition.metis import (
     metis_graph,
     metis_partition,
-    part_graph_kway,
+    partition_kway,
     symmetric_edge_weights,
 )
 
@@ -32,9 +32,11 @@ _VERTEX_TOTAL = float(1 << 24)
 _EDGE_TOTAL = float(1 << 27)
 
 
-def edge_partition(store: Any, num_parts: int, seed: int = 0, *, imbalance: float = 1.03) -> Assignment:
+def edge_partition(store: Any, num_parts: int, seed: int = 0, *, imbalance: float = 1.03,
+                   coarsen: str = "auto") -> Assignment:
     """GSplit's Edge baseline: METIS balancing edges (in-degree) and training vertices."""
-    return metis_partition(store, num_parts, seed, constraints=["train", "edges"], imbalance=imbalance)
+    return metis_partition(store, num_parts, seed, constraints=["train", "edges"], imbalance=imbalance,
+                           coarsen=coarsen)
 
 
 def presample_vertex_weights(p: Any, weights: str) -> tuple[np.ndarray, list[str]]:
@@ -77,25 +79,26 @@ def _load_presample(store: Any, presample: Any) -> Any:
 
 
 def node_partition(store: Any, num_parts: int, seed: int = 0, *, presample: Any = None,
-                   weights: str = "layer-edges", imbalance: float = 1.03) -> Assignment:
+                   weights: str = "layer-edges", imbalance: float = 1.03, coarsen: str = "auto") -> Assignment:
     """GSplit's Node baseline: presampled vertex weights, unweighted edges."""
     p = _load_presample(store, presample)
     vw, names = presample_vertex_weights(p, weights)
-    a = metis_partition(store, num_parts, seed, vertex_weights=vw, imbalance=imbalance)
+    a = metis_partition(store, num_parts, seed, vertex_weights=vw, imbalance=imbalance, coarsen=coarsen)
     a.meta.update(constraints=names, presample_weights=weights)
     a.constraints = ["vertices", "train", "edges"]
     return a
 
 
 def presample_partition(store: Any, num_parts: int, seed: int = 0, *, presample: Any = None,
-                        weights: str = "layer-edges", imbalance: float = 1.03) -> Assignment:
+                        weights: str = "layer-edges", imbalance: float = 1.03, coarsen: str = "auto") -> Assignment:
     """GSplit §4: weighted min cut with presampled vertex AND edge weights."""
     if store.meta.get("directed", False):
         raise ConfigError(f"{store.path}: presample partitioning needs an undirected store")
     p = _load_presample(store, presample)
     vw, names = presample_vertex_weights(p, weights)
     ew = _presample_edge_weights(store, p)
-    a = metis_partition(store, num_parts, seed, vertex_weights=vw, edge_weights=ew, imbalance=imbalance)
+    a = metis_partition(store, num_parts, seed, vertex_weights=vw, edge_weights=ew, imbalance=imbalance,
+                        coarsen=coarsen)
     a.meta.update(constraints=names, presample_weights=weights)
     a.constraints = ["vertices", "train", "edges"]
     return a
@@ -164,7 +167,7 @@ def induced_subgraph(indptr: np.ndarray, indices: np.ndarray, vertices: np.ndarr
 
 
 def two_level_partition(store: Any, num_parts: int, seed: int = 0, *, levels: Any = None,
-                        constraints: Any = None, imbalance: float = 1.03) -> Assignment:
+                        constraints: Any = None, imbalance: float = 1.03, coarsen: str = "auto") -> Assignment:
     """DistDGLv2 §4.1.2: level 1 across machines, level 2 inside each machine.
 
     Level 1 is exactly ``metis`` with ``M`` parts (same seed and constraints), so the
@@ -181,7 +184,7 @@ def two_level_partition(store: Any, num_parts: int, seed: int = 0, *, levels: An
     if m * w != num_parts:
         raise ConfigError(f"--levels {m}x{w} gives {m * w} workers but --parts is {num_parts}")
     names = parse_constraints(constraints)
-    level1 = metis_partition(store, m, seed, constraints=names, imbalance=imbalance)
+    level1 = metis_partition(store, m, seed, constraints=names, imbalance=imbalance, coarsen=coarsen)
     node_machine = level1.node_part.astype(np.int32)
     vw = constraint_weights(store, names)
     indptr, indices = metis_graph(store)
@@ -195,10 +198,11 @@ def two_level_partition(store: Any, num_parts: int, seed: int = 0, *, levels: An
         sub_vw = vw[verts]
         # a constraint with no weight inside this machine cannot be balanced: drop it here
         cols = sub_vw.sum(axis=0) > 0
-        wpart, obj = part_graph_kway(sub_indptr, sub_indices, w, vwgt=sub_vw[:, cols], ubvec=imbalance,
-                                     seed=seed)
+        level2: dict[str, Any] = {}
+        wpart = partition_kway(sub_indptr, sub_indices, w, sub_vw[:, cols], coarsen=coarsen, meta=level2,
+                               imbalance=imbalance, seed=seed)
         node_part[verts] = mach * w + wpart
-        objective.append(obj)
-    meta = {"levels": [m, w], "constraints": names, "level2_objective": objective,
+        objective.append(level2)
+    meta = {"levels": [m, w], "constraints": names, "level2": objective,
             "level1": {k: v for k, v in level1.meta.items() if k != "constraints"}}
     return Assignment(node_part, arrays={"node_machine": node_machine}, meta=meta, constraints=names)

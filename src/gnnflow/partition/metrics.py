@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-_CHUNK = 1 << 22
+_CHUNK = 1 << 20
 
 
 def edge_dst(indptr: np.ndarray) -> np.ndarray:
@@ -27,8 +27,11 @@ def edge_dst(indptr: np.ndarray) -> np.ndarray:
 
 
 def edge_cut(indptr: np.ndarray, indices: np.ndarray, node_part: np.ndarray) -> int:
-    """Number of stored edges whose endpoints lie in different parts (chunked)."""
-    mapped = (indptr, indices)
+    """Number of stored edges whose endpoints lie in different parts (chunked; the pages
+    of a memory-mapped ``indices`` are dropped after every chunk)."""
+    from gnnflow.partition.book import release_pages
+
+    mapped = indices
     indptr = np.asarray(indptr)
     n = indptr.shape[0] - 1
     cut = 0
@@ -38,9 +41,7 @@ def edge_cut(indptr: np.ndarray, indices: np.ndarray, node_part: np.ndarray) -> 
         lo, hi = int(indptr[r0]), int(indptr[r1])
         dst_part = np.repeat(node_part[r0:r1], np.diff(indptr[r0:r1 + 1]))
         cut += int(np.count_nonzero(node_part[np.asarray(indices[lo:hi])] != dst_part))
-    from gnnflow.partition.book import release_pages
-
-    release_pages(*mapped)
+        release_pages(mapped)
     return cut
 
 
