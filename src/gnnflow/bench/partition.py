@@ -15,10 +15,11 @@ Each run is a fresh subprocess whose peak RSS is read from ``VmHWM`` in
 ``/proc/self/status``, the high-water mark of its own address space.  (Not
 ``ru_maxrss``: Python starts subprocesses with vfork, and Linux carries the
 high-water mark of the address space replaced at exec -- the parent's, which
-generated the graph -- into the child's ``ru_maxrss``.)  The runs alternate ours/DGL and repeat, and medians are reported.  RSS counts
-the pages of the memory-mapped store that a pipeline touches, so "peak RSS vs
-CSR+features size" is the honest whole-process figure; the RSS above the
-interpreter's baseline (after imports) is reported too.
+generated the graph -- into the child's ``ru_maxrss``.)  The runs alternate
+ours/DGL and repeat, and medians are reported.  RSS counts the pages of the
+memory-mapped store that a pipeline touches, so "peak RSS vs CSR+features size"
+is the honest whole-process figure; the RSS above the interpreter's baseline
+(after imports) is reported too.
 
 Both partitions' edge cuts are reported (quality is part of the comparison).
 One more fresh process runs plain METIS (``--coarsen none``) alone on the whole
@@ -101,8 +102,8 @@ def worker(which: str, graph: str, parts: int, out: str, seed: int) -> dict[str,
     result = {"wall_s": wall, "peak_rss_mib": _rss_mib(), "baseline_rss_mib": base}
     # quality, after the peak was read: ours from meta.json, DGL's from its node map
     if which == "ours":
-        result["edge_cut_pct"] = json.loads((Path(out) / "meta.json").read_text())["quality"]["edge_cut_pct"]
-        result["coarsen"] = json.loads((Path(out) / "meta.json").read_text()).get("coarsen")
+        meta = json.loads((Path(out) / "meta.json").read_text())
+        result.update(edge_cut_pct=meta["quality"]["edge_cut_pct"], coarsen=meta.get("coarsen"))
     else:
         from gnnflow.partition.metrics import edge_cut
 

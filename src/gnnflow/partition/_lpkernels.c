@@ -187,22 +187,20 @@ int64_t gf_contract(int64_t n, const int64_t *indptr, const int32_t *indices, co
 /*
  * Greedy k-way refinement: in random order, a vertex moves to the part it has the
  * most edge weight to if that beats its own part and the target stays <= cap in
- * every constraint.  part (int64, in/out).  Returns the moves, or -1 if out of memory.
+ * every constraint.  part (int64, in/out); load (nparts x ncon, in/out): the parts'
+ * constraint sums.  Returns the moves, or -1 if out of memory.
  */
 int64_t gf_refine(int64_t n, const int64_t *indptr, const int32_t *indices, const int32_t *ew,
-                  int64_t ncon, const int64_t *vw, int64_t *part, int64_t nparts, const int64_t *cap,
-                  int64_t rounds, uint64_t seed) {
+                  int64_t ncon, const int64_t *vw, int64_t *part, int64_t nparts, int64_t *load,
+                  const int64_t *cap, int64_t rounds, uint64_t seed) {
     rng_t r = {seed};
-    int64_t *load = calloc((size_t)(nparts * ncon), sizeof(int64_t));
     int64_t *conn = calloc((size_t)nparts, sizeof(int64_t));
     int64_t *touched = malloc((size_t)nparts * sizeof(int64_t));
-    if (!load || !conn || !touched) { free(load); free(conn); free(touched); return -1; }
-    for (int64_t u = 0; u < n; u++)
-        for (int64_t k = 0; k < ncon; k++) load[part[u] * ncon + k] += vw[u * ncon + k];
+    if (!conn || !touched) { free(conn); free(touched); return -1; }
     int64_t total = 0, min_moves = n / 1000 > 1 ? n / 1000 : 1;
     for (int64_t round = 0; round < rounds; round++) {
         int64_t *order = random_order(n, &r);
-        if (!order) { free(load); free(conn); free(touched); return -1; }
+        if (!order) { free(conn); free(touched); return -1; }
         int64_t moves = 0;
         for (int64_t i = 0; i < n; i++) {
             int64_t u = order[i], pu = part[u];
@@ -219,7 +217,7 @@ int64_t gf_refine(int64_t n, const int64_t *indptr, const int32_t *indices, cons
         total += moves;
         if (moves < min_moves) break;
     }
-    free(load); free(conn); free(touched);
+    free(conn); free(touched);
     return total;
 }
 

@@ -164,10 +164,10 @@ def refine(indptr: np.ndarray, indices: np.ndarray, part: np.ndarray, num_parts:
     if part.dtype != np.int64 or not part.flags.c_contiguous:
         raise TypeError("refine works in place on a contiguous int64 part array")
     total = vw.sum(axis=0, dtype=np.int64).astype(np.float64)
-    load = coarse_weights(vw, part, num_parts)
+    load = coarse_weights(vw, part, num_parts)  # the kernel updates it as vertices move
     cap = np.ascontiguousarray(np.maximum(np.ceil(imbalance * total / num_parts), load.max(axis=0)), dtype=np.int64)
     moves = lib.gf_refine(_I64(ip.shape[0] - 1), _ptr(ip), _ptr(ix), _ptr(ew), _I64(vw.shape[1]), _ptr(vw),
-                          _ptr(part), _I64(num_parts), _ptr(cap), _I64(rounds), ctypes.c_uint64(seed))
+                          _ptr(part), _I64(num_parts), _ptr(load), _ptr(cap), _I64(rounds), ctypes.c_uint64(seed))
     return _check(moves, "refinement")
 
 

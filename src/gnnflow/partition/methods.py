@@ -189,7 +189,7 @@ def two_level_partition(store: Any, num_parts: int, seed: int = 0, *, levels: An
     vw = constraint_weights(store, names)
     indptr, indices = metis_graph(store)
     node_part = np.empty(store.num_nodes, dtype=np.int32)
-    objective = []
+    level2_meta = []
     for mach in range(m):
         verts = np.flatnonzero(node_machine == mach)
         if verts.shape[0] < w:
@@ -202,7 +202,7 @@ def two_level_partition(store: Any, num_parts: int, seed: int = 0, *, levels: An
         wpart = partition_kway(sub_indptr, sub_indices, w, sub_vw[:, cols], coarsen=coarsen, meta=level2,
                                imbalance=imbalance, seed=seed)
         node_part[verts] = mach * w + wpart
-        objective.append(level2)
-    meta = {"levels": [m, w], "constraints": names, "level2": objective,
+        level2_meta.append(level2)
+    meta = {"levels": [m, w], "constraints": names, "level2": level2_meta,
             "level1": {k: v for k, v in level1.meta.items() if k != "constraints"}}
     return Assignment(node_part, arrays={"node_machine": node_machine}, meta=meta, constraints=names)

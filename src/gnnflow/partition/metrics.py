@@ -28,10 +28,10 @@ def edge_dst(indptr: np.ndarray) -> np.ndarray:
 
 def edge_cut(indptr: np.ndarray, indices: np.ndarray, node_part: np.ndarray) -> int:
     """Number of stored edges whose endpoints lie in different parts (chunked; the pages
-    of a memory-mapped ``indices`` are dropped after every chunk)."""
+    of a memory-mapped CSR are dropped after every chunk)."""
     from gnnflow.partition.book import release_pages
 
-    mapped = indices
+    mapped = (indptr, indices)
     indptr = np.asarray(indptr)
     n = indptr.shape[0] - 1
     cut = 0
@@ -41,7 +41,7 @@ def edge_cut(indptr: np.ndarray, indices: np.ndarray, node_part: np.ndarray) -> 
         lo, hi = int(indptr[r0]), int(indptr[r1])
         dst_part = np.repeat(node_part[r0:r1], np.diff(indptr[r0:r1 + 1]))
         cut += int(np.count_nonzero(node_part[np.asarray(indices[lo:hi])] != dst_part))
-        release_pages(mapped)
+        release_pages(*mapped)
     return cut
 
 
