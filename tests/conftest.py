@@ -48,3 +48,13 @@ def tiny_store(tmp_path):
 
     arrays = random_store_arrays()
     return write_store(tmp_path / "tiny", name="tiny", source="test", directed=False, **arrays)
+
+
+def synthetic_graph_book(tmp, num_nodes: int, method: str, num_parts: int) -> tuple[str, str]:
+    """(graph store path, partition book path): a synthetic graph under ``tmp`` partitioned with ``method``."""
+    from gnnflow.data.synthetic import prepare_synthetic
+    from gnnflow.partition.api import partition_graph
+
+    store = prepare_synthetic(tmp / "graph", num_nodes=num_nodes)
+    book = partition_graph(store.path, method, num_parts, tmp / "book", seed=0)
+    return str(store.path), str(book.path)

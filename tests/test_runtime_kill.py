@@ -10,16 +10,12 @@ import time
 
 import psutil
 import pytest
+from conftest import synthetic_graph_book
 
 
 @pytest.fixture
 def default_graph_book(tmp_path):
-    from gnnflow.data.synthetic import prepare_synthetic
-    from gnnflow.partition.api import partition_graph
-
-    store = prepare_synthetic(tmp_path / "graph", num_nodes=8192)
-    book = partition_graph(store.path, "metis", 4, tmp_path / "book", seed=0)
-    return store.path, book.path
+    return synthetic_graph_book(tmp_path, 8192, "metis", 4)
 
 
 def _rank_processes(parent: psutil.Process) -> list[psutil.Process]:

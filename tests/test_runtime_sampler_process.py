@@ -10,6 +10,7 @@ import time
 import numpy as np
 import pytest
 import torch
+from conftest import synthetic_graph_book
 
 from gnnflow.config import TrainConfig
 from gnnflow.dist.pipeline import MiniBatch
@@ -21,13 +22,7 @@ from gnnflow.strategies.driver import load_checkpoint, run_training
 
 @pytest.fixture(scope="module")
 def graph_book(tmp_path_factory):
-    from gnnflow.data.synthetic import prepare_synthetic
-    from gnnflow.partition.api import partition_graph
-
-    tmp = tmp_path_factory.mktemp("samplers")
-    store = prepare_synthetic(tmp / "graph", num_nodes=4096)
-    book = partition_graph(store.path, "metis", 2, tmp / "book", seed=0)
-    return str(store.path), str(book.path)
+    return synthetic_graph_book(tmp_path_factory.mktemp("samplers"), 4096, "metis", 2)
 
 
 @pytest.fixture

@@ -6,6 +6,7 @@ import json
 
 import pytest
 import torch
+from conftest import synthetic_graph_book
 
 from gnnflow.config import TrainConfig
 from gnnflow.strategies.driver import load_checkpoint, run_training
@@ -13,13 +14,7 @@ from gnnflow.strategies.driver import load_checkpoint, run_training
 
 @pytest.fixture(scope="module")
 def graph_book(tmp_path_factory):
-    from gnnflow.data.synthetic import prepare_synthetic
-    from gnnflow.partition.api import partition_graph
-
-    tmp = tmp_path_factory.mktemp("dist")
-    store = prepare_synthetic(tmp / "graph", num_nodes=2048)
-    book = partition_graph(store.path, "random", 2, tmp / "book", seed=0)
-    return str(store.path), str(book.path)
+    return synthetic_graph_book(tmp_path_factory.mktemp("dist"), 2048, "random", 2)
 
 
 def _rows(run_dir):
