@@ -11,9 +11,10 @@ run:
 	scripts/setup-env.sh
 	.venv/bin/snakemake --profile profiles/default
 
-# Install (with test tools) if needed, then run the test suite.
+# Install (with test tools) if needed, lint every module, then run the test suite.
 test:
 	scripts/setup-env.sh --test
+	.venv/bin/ruff check src tests
 	.venv/bin/python -m pytest -q $(PYTEST_ARGS)
 
 lint:

@@ -5,14 +5,19 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gnnflow.dist.plan import (
+from gnnflow.distributed.plan import (
     comm_relation,
     model_swap,
     plan_p2p,
     plan_spst,
     stage_cost,
 )
-from gnnflow.dist.topology import TopologyError, compile_topology, load_topology, preset_names
+from gnnflow.distributed.topology import (
+    TopologyError,
+    compile_topology,
+    load_topology,
+    preset_names,
+)
 from gnnflow.errors import GnnflowError
 from gnnflow.partition.metrics import replication_factor
 from tests.conftest import random_store_arrays

@@ -34,7 +34,7 @@ def test_verify_relay_through_third_rank(tmp_path) -> None:
 def test_training_runs_and_counts(tmp_path) -> None:
     from gnnflow.config import TrainConfig
     from gnnflow.data.synthetic import prepare_synthetic
-    from gnnflow.dist.launch import run_ranks
+    from gnnflow.distributed.launch import run_ranks
     from gnnflow.partition.api import partition_graph
 
     graph = prepare_synthetic(tmp_path / "g", num_nodes=400, avg_degree=6, feature_dim=8, num_classes=4)

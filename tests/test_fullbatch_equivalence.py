@@ -72,7 +72,7 @@ def test_accuracy_matches_single_process_on_default_graph(tmp_path):
     from gnnflow.config import TrainConfig
     from gnnflow.data.csr import with_self_loops
     from gnnflow.data.synthetic import prepare_synthetic
-    from gnnflow.dist.launch import run_ranks
+    from gnnflow.distributed.launch import run_ranks
     from gnnflow.nn import build_model
     from gnnflow.sampling import Block
     from gnnflow.strategies.common import seed_everything as seed_all

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from gnnflow.dist.launch import run_ranks
-from gnnflow.dist.spmm import BroadcastSpMM, CsrTile, csr_tiles, dist_spmm, transpose_tiles
+from gnnflow.distributed.launch import run_ranks
+from gnnflow.distributed.spmm import BroadcastSpMM, CsrTile, csr_tiles, dist_spmm, transpose_tiles
 from gnnflow.strategies.fullbatch import RowPartition, natural_blocks, tile_balance
 
 
@@ -79,7 +79,7 @@ def test_skipping_a_round_is_detected():
 
 
 def test_csr_tile_kernel_and_torch_fallback_agree(monkeypatch):
-    import gnnflow.dist.spmm as spmm
+    import gnnflow.distributed.spmm as spmm
 
     a = _matrix(40)
     r, c = np.nonzero(a)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from gnnflow.dist.hec import EmbeddingCache
+from gnnflow.distributed.hec import EmbeddingCache
 
 
 class ReferenceHEC:

@@ -72,7 +72,7 @@ def _cfg(graph, partition, strategy, workers, epochs, **kw):
 @pytest.mark.parametrize("model,delay", [("sage", 1), ("gat", 0), ("gcn", 2)])
 def test_hec_trains_and_records_per_layer_figures(tiny_store, tiny_book, model, delay):
     from gnnflow.bench.hec import train_rank
-    from gnnflow.dist.launch import run_ranks
+    from gnnflow.distributed.launch import run_ranks
 
     cfg = _cfg(tiny_store.path, tiny_book.path, "hec", 2, 2, model=model, options={"nc": 7, "d": delay})
     res = run_ranks(train_rank, 2, cfg, 2, True, timeout_s=120)
@@ -95,7 +95,7 @@ def test_hec_trains_and_records_per_layer_figures(tiny_store, tiny_book, model, 
 
 def test_hec_without_cache_communicates_nothing_but_gradients(tiny_store, tiny_book):
     from gnnflow.bench.hec import train_rank
-    from gnnflow.dist.launch import run_ranks
+    from gnnflow.distributed.launch import run_ranks
 
     res = run_ranks(train_rank, 2, _cfg(tiny_store.path, tiny_book.path, "hec", 2, 1, options={"cs": 0}), 1,
                     timeout_s=120)
@@ -132,7 +132,7 @@ def default_graph(tmp_path_factory):
 def test_accuracy_matches_single_process_at_equal_epochs(default_graph):
     """Acceptance 2 (DistGNN-MB §4.5 criterion: within 1 point of single-process test accuracy)."""
     from gnnflow.bench.hec import train_rank
-    from gnnflow.dist.launch import run_ranks
+    from gnnflow.distributed.launch import run_ranks
 
     store, book = default_graph
     epochs, local_batch, workers = 10, 512, 4
@@ -157,7 +157,7 @@ def test_trace_has_one_row_per_iteration_and_layer(tiny_store, tiny_book, tmp_pa
     import json
 
     from gnnflow.bench.hec import train_rank
-    from gnnflow.dist.launch import run_ranks
+    from gnnflow.distributed.launch import run_ranks
 
     cfg = _cfg(tiny_store.path, tiny_book.path, "hec", 2, 1, out=str(tmp_path / "run"),
                options={"trace": "true", "nc": 5})

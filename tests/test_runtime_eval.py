@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from gnnflow.dist.launch import run_ranks
+from gnnflow.distributed.launch import run_ranks
 
 MODELS = ("sage", "gcn", "gat")
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gnnflow.dist.launch import run_ranks
+from gnnflow.distributed.launch import run_ranks
 
 
 def graph_bytes(path) -> int:

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from gnnflow.dist.launch import run_ranks
-from gnnflow.dist.pipeline import MiniBatch, MiniBatchPipeline
+from gnnflow.distributed.launch import run_ranks
+from gnnflow.distributed.pipeline import MiniBatch, MiniBatchPipeline
 from gnnflow.errors import DistributedError
 
 
@@ -88,8 +88,8 @@ def _collectives_rank(ctx):
     """Pipeline threads exchange on their own groups while the training thread all-reduces."""
     import torch.distributed as dist
 
-    from gnnflow.dist.comm import alltoallv
-    from gnnflow.dist.pipeline import stage_groups
+    from gnnflow.distributed.comm import alltoallv
+    from gnnflow.distributed.pipeline import stage_groups
 
     groups = stage_groups(("sample", "load"))
     size = ctx.world_size

@@ -13,7 +13,7 @@ import torch
 from conftest import synthetic_graph_book
 
 from gnnflow.config import TrainConfig
-from gnnflow.dist.pipeline import MiniBatch
+from gnnflow.distributed.pipeline import MiniBatch
 from gnnflow.errors import ConfigError, DistributedError
 from gnnflow.strategies.base import RankContext
 from gnnflow.strategies.data_parallel import DataParallel
@@ -57,7 +57,7 @@ def _batch(s: DataParallel, epoch: int, index: int, size: int) -> MiniBatch:
 
 
 def test_sampler_process_batches_equal_the_in_process_stages(strategy):
-    from gnnflow.dist.sampler_process import SamplerProcess
+    from gnnflow.distributed.sampler_process import SamplerProcess
 
     s = strategy
     assert s.samplers == "process" and s.sampler_proc is not None

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from gnnflow.dist.launch import run_ranks
+from gnnflow.distributed.launch import run_ranks
 
 
 @pytest.fixture
@@ -18,9 +18,9 @@ def tiny_book(tiny_store, tmp_path):
 
 
 def _store_and_sampler_rank(ctx, book_path):
-    from gnnflow.dist.comm import CommStats
-    from gnnflow.dist.dist_sampler import DistNeighborSampler
-    from gnnflow.dist.feature_store import FeatureStore
+    from gnnflow.distributed.comm import CommStats
+    from gnnflow.distributed.dist_sampler import DistNeighborSampler
+    from gnnflow.distributed.feature_store import FeatureStore
     from gnnflow.partition.book import PartitionBook
 
     book = PartitionBook.open(book_path)
@@ -107,7 +107,7 @@ def test_feature_store_and_distributed_sampler(tiny_book):
 
 
 def _replicate_rank(ctx, book_path):
-    from gnnflow.dist.dist_sampler import make_sampler
+    from gnnflow.distributed.dist_sampler import make_sampler
     from gnnflow.partition.book import PartitionBook
 
     book = PartitionBook.open(book_path)

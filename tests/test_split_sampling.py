@@ -7,9 +7,9 @@ import pytest
 import torch
 from conftest import random_store_arrays
 
-from gnnflow.dist.comm import alltoallv
-from gnnflow.dist.launch import run_ranks
-from gnnflow.dist.split_sampling import SplitGraph, SplitSampler, sp_sample
+from gnnflow.distributed.comm import alltoallv
+from gnnflow.distributed.launch import run_ranks
+from gnnflow.distributed.split_sampling import SplitGraph, SplitSampler, sp_sample
 
 FANOUTS = [3, 2]
 

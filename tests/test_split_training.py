@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from gnnflow.config import TrainConfig
-from gnnflow.dist.launch import run_ranks
+from gnnflow.distributed.launch import run_ranks
 from gnnflow.errors import ConfigError, DistributedError
 
 

@@ -75,7 +75,7 @@ def _synthetic(tmp: str, name: str, **kw: Any) -> Any:
 
 def _time_rank(ctx: RankContext, configs: list[list[Any]], dim: int, repeats: int) -> list[list[list[float]]]:
     """Per config: wall time of each timed call (slowest rank) and CPU time summed over ranks."""
-    from gnnflow.dist.allgather import graph_allgather
+    from gnnflow.distributed.allgather import graph_allgather
 
     gen = torch.Generator().manual_seed(ctx.rank)
     times: list[list[list[float]]] = [[[], []] for _ in configs]
@@ -108,10 +108,10 @@ def fit_line(x: np.ndarray, y: np.ndarray) -> dict[str, float]:
 
 def run_fit(args: argparse.Namespace) -> dict[str, Any]:
     from gnnflow.data.store import open_store
-    from gnnflow.dist.cli_topology import probe_topology
-    from gnnflow.dist.launch import run_ranks
-    from gnnflow.dist.plan import comm_relation, plan_p2p, plan_spst
-    from gnnflow.dist.topology import compile_topology, load_topology
+    from gnnflow.distributed.cli_topology import probe_topology
+    from gnnflow.distributed.launch import run_ranks
+    from gnnflow.distributed.plan import comm_relation, plan_p2p, plan_spst
+    from gnnflow.distributed.topology import compile_topology, load_topology
 
     p = args.workers
     with tempfile.TemporaryDirectory(prefix="gnnflow-bench-allgather-") as tmp:
@@ -173,8 +173,8 @@ def run_fit(args: argparse.Namespace) -> dict[str, Any]:
 
 def run_planners(args: argparse.Namespace) -> dict[str, Any]:
     from gnnflow.data.store import open_store
-    from gnnflow.dist.cli_plan import plan_report
-    from gnnflow.dist.topology import load_topology
+    from gnnflow.distributed.cli_plan import plan_report
+    from gnnflow.distributed.topology import load_topology
 
     topo = load_topology(args.topology or "dgx1-v100")
     rows = []
@@ -209,8 +209,8 @@ def run_planners(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def run_planning_time(args: argparse.Namespace) -> dict[str, Any]:
-    from gnnflow.dist.plan import comm_relation, plan_p2p, plan_spst
-    from gnnflow.dist.topology import load_topology
+    from gnnflow.distributed.plan import comm_relation, plan_p2p, plan_spst
+    from gnnflow.distributed.topology import load_topology
 
     topo = load_topology(args.topology or "dgx1-v100").restrict(args.parts)
     from gnnflow.data.store import open_store

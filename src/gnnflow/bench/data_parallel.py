@@ -68,7 +68,7 @@ def train_and_time(ctx: Any, strategy: str, cfg_dict: dict[str, Any], threads: i
 
 
 def _run_system(strategy: str, cfg_dict: dict[str, Any], args: Any) -> dict[str, Any]:
-    from gnnflow.dist.launch import run_ranks
+    from gnnflow.distributed.launch import run_ranks
 
     res = run_ranks(train_and_time, args.workers, strategy, cfg_dict, args.threads, timeout_s=900,
                     threads_per_rank=args.threads)

@@ -200,7 +200,7 @@ def _bench_rank(ctx: RankContext, cfg_dict: dict[str, Any], epochs: int) -> dict
 
 
 def ranks_section(graph: str, args: argparse.Namespace) -> dict[str, Any]:
-    from gnnflow.dist.launch import run_ranks
+    from gnnflow.distributed.launch import run_ranks
 
     res: dict[str, Any] = {}
     for permute in (True, False):
@@ -282,7 +282,7 @@ def _memory_rank(ctx: RankContext, cfg_dict: dict[str, Any]) -> dict[str, Any]:
 
 
 def memory_section(graph: str, args: argparse.Namespace) -> dict[str, Any]:
-    from gnnflow.dist.launch import run_ranks
+    from gnnflow.distributed.launch import run_ranks
 
     res: dict[str, Any] = {}
     for memory in ("reuse", "autograd"):

@@ -20,7 +20,7 @@ same against ``sampling_inline``.
 
 ``--samplers process`` (default here; ``gnnflow train --samplers process``) runs
 the sample and load stages in a sampler process per rank
-(:mod:`gnnflow.dist.sampler_process`); ``--samplers thread`` in the sampling
+(:mod:`gnnflow.distributed.sampler_process`); ``--samplers thread`` in the sampling
 and worker threads of DistDGLv2 §4.2.1, which share the interpreter lock with
 the training thread.  On a small shared CPU, overlap needs a free core for the
 stages while the training thread computes: torch runs with ``--threads``
@@ -133,7 +133,7 @@ def _default_graph(tmp: str) -> str:
 
 
 def _run(args: Any, graph: str, hidden: int, modes: list[str], epochs: int) -> dict[str, Any]:
-    from gnnflow.dist.launch import run_ranks
+    from gnnflow.distributed.launch import run_ranks
 
     res = run_ranks(measure, args.workers, _cfg(args, graph, hidden), modes, epochs, args.threads,
                     timeout_s=600, threads_per_rank=args.threads)

@@ -47,7 +47,7 @@ def _verify_rank(ctx: Any, cfg_dict: dict[str, Any], targets: list[np.ndarray], 
                  tamper: str | None) -> dict[str, Any]:
     """One inline training step of ``DataParallel`` on this rank's fixed micro-batch."""
     from gnnflow.config import TrainConfig
-    from gnnflow.dist.pipeline import MiniBatch
+    from gnnflow.distributed.pipeline import MiniBatch
     from gnnflow.results.schema import Recorder
 
     cfg = TrainConfig.from_dict(cfg_dict)
@@ -101,7 +101,7 @@ def verify(workers: int, model: str = "sage", seed: int = 0, *, tamper: str | No
     """
     from gnnflow.config import TrainConfig
     from gnnflow.data.synthetic import prepare_synthetic
-    from gnnflow.dist.launch import run_ranks
+    from gnnflow.distributed.launch import run_ranks
     from gnnflow.nn import build_model
     from gnnflow.partition.api import partition_graph
     from gnnflow.partition.book import PartitionBook

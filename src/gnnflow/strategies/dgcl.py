@@ -3,7 +3,7 @@
 Each rank owns one part of a partition book and runs the *unchanged*
 single-process layers (:mod:`gnnflow.nn`) on its local graph ``G_d(V_d^l ∪ V_d^r,
 E_d)`` (§4.1): destinations are its inner vertices, sources its inner and halo
-vertices.  Before every layer, :func:`gnnflow.dist.allgather.graph_allgather`
+vertices.  Before every layer, :func:`gnnflow.distributed.allgather.graph_allgather`
 fetches the halo rows of the layer input according to a communication plan
 (Listing 1); its backward returns the halo gradients to their owners.  Loss,
 gradient all-reduce, step and evaluation come from
@@ -33,9 +33,9 @@ import torch
 import torch.distributed as dist
 
 from gnnflow.config import TrainConfig
-from gnnflow.dist.allgather import AllgatherStats, close_swap, graph_allgather, swap_tables
-from gnnflow.dist.plan import comm_relation, make_plan
-from gnnflow.dist.topology import load_topology, uniform_topology
+from gnnflow.distributed.allgather import AllgatherStats, close_swap, graph_allgather, swap_tables
+from gnnflow.distributed.plan import comm_relation, make_plan
+from gnnflow.distributed.topology import load_topology, uniform_topology
 from gnnflow.errors import ConfigError
 from gnnflow.results.schema import Recorder
 from gnnflow.sampling import Block
@@ -234,7 +234,7 @@ def verify(workers: int, model: str = "gcn", seed: int = 0, **kw: Any) -> dict[s
     """
     import tempfile
 
-    from gnnflow.dist.launch import run_ranks
+    from gnnflow.distributed.launch import run_ranks
     from gnnflow.partition.api import partition_graph
 
     planners = kw.pop("planner", list(PLANNERS))

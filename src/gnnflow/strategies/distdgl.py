@@ -194,8 +194,8 @@ class DistDGLBaseline(Strategy):
         import dgl
         import dgl.distributed as dgld
 
-        from gnnflow.dist.comm import world
-        from gnnflow.dist.launch import free_port
+        from gnnflow.distributed.comm import world
+        from gnnflow.distributed.launch import free_port
         from gnnflow.strategies.common import make_optimizer, seed_everything
 
         cfg = self.cfg

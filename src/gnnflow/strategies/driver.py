@@ -221,7 +221,7 @@ def run_training(cfg: TrainConfig) -> list[EpochRecord]:
         _prepare_run_dir(cfg)
     t0 = time.perf_counter()
     if cls.distributed:
-        from gnnflow.dist.launch import run_ranks
+        from gnnflow.distributed.launch import run_ranks
 
         records = run_ranks(_rank_main, cfg.workers, cfg.to_dict(), device=cfg.device)[0]
     else:

@@ -4,7 +4,7 @@ Each rank holds one row block of the (randomly permuted, §5.2) vertex set: its
 features ``H^i``, labels, and its row block of the normalised adjacency
 ``Â`` cut into P CSR tiles ``Â^{ij}`` (§4.1).  A GCN layer (§2, eqs. 5-11)
 is ``H' = σ(Â H W + b)``; the SpMM ``Â·`` is the P-round broadcast SpMM of
-:mod:`gnnflow.dist.spmm`, everything else (GEMM, bias, activation, dropout,
+:mod:`gnnflow.distributed.spmm`, everything else (GEMM, bias, activation, dropout,
 loss) is local.  Weights are replicated; gradients are all-reduced once per
 step (:class:`~gnnflow.strategies.fullbatch_base.FullBatchBase`).
 
@@ -44,8 +44,8 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from gnnflow.config import TrainConfig
-from gnnflow.dist.comm import world
-from gnnflow.dist.spmm import (
+from gnnflow.distributed.comm import world
+from gnnflow.distributed.spmm import (
     BroadcastSpMM,
     collective_device,
     csr_tiles,
@@ -519,7 +519,7 @@ def verify(workers: int, model: str = "gcn", seed: int = 0, **kw: Any) -> dict[s
     """
     import tempfile
 
-    from gnnflow.dist.launch import run_ranks
+    from gnnflow.distributed.launch import run_ranks
 
     if model != "gcn":
         raise ConfigError(f"--model {model}: strategy fullbatch verifies GCN only (MG-GCN); pass --model gcn")

@@ -10,7 +10,7 @@ common to every such strategy lives here:
   their gradients is exactly its gradient;
 * **weights replicated** (MG-GCN §4.1) — after the backward pass the
   parameter gradients are summed across ranks with one all-reduce
-  (:func:`gnnflow.dist.comm.all_reduce_gradients`, ``average=False``), then
+  (:func:`gnnflow.distributed.comm.all_reduce_gradients`, ``average=False``), then
   every rank takes the same optimizer step;
 * **evaluation** — a forward pass without gradients; correct/total counts per
   split are all-reduced, so every rank reports the global accuracy;
@@ -47,7 +47,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from gnnflow.dist.comm import all_reduce_gradients, world
+from gnnflow.distributed.comm import all_reduce_gradients, world
 from gnnflow.results.schema import Recorder
 from gnnflow.strategies.base import RankContext, Strategy
 

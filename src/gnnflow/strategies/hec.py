@@ -19,7 +19,7 @@ One training iteration on every rank (Algorithm 2):
 2. **FWD**, at each layer ``l`` (``l = 0`` is the input layer, whose cache
    holds input features; §4.4 reports hit rates for ``L0, L1, L2``):
 
-   * AEP (:meth:`~gnnflow.dist.aep.EmbeddingPush.exchange`): store the
+   * AEP (:meth:`~gnnflow.distributed.aep.EmbeddingPush.exchange`): store the
      embeddings pushed to this rank ``d`` iterations ago into the layer-``l``
      HEC, then push the layer-``l`` inputs of this mini-batch's solid vertices
      (features at ``l = 0``, the previous layer's outputs above) to the ranks
@@ -63,10 +63,10 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from gnnflow.dist.aep import EmbeddingPush, build_db_halo, exchange_halo_ids
-from gnnflow.dist.comm import world
-from gnnflow.dist.hec import EmbeddingCache
-from gnnflow.dist.pipeline import MiniBatch
+from gnnflow.distributed.aep import EmbeddingPush, build_db_halo, exchange_halo_ids
+from gnnflow.distributed.comm import world
+from gnnflow.distributed.hec import EmbeddingCache
+from gnnflow.distributed.pipeline import MiniBatch
 from gnnflow.errors import ConfigError
 from gnnflow.results.schema import Recorder
 from gnnflow.sampling import Block, NeighborSampler

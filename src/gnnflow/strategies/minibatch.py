@@ -12,10 +12,10 @@ never the whole graph or feature file).  One training iteration on every rank:
    iterations ``max_r ceil(n_r / batch_size)`` and cuts its shuffled targets
    into that many near-equal batches, so the global batch is ``P x`` the local
    one;
-2. **sample** — :class:`~gnnflow.dist.dist_sampler.DistNeighborSampler`
+2. **sample** — :class:`~gnnflow.distributed.dist_sampler.DistNeighborSampler`
    (owners sample their vertices, §4.2.2) or, with ``replicate_structure``,
    the full CSR locally;
-3. **load** — input rows from the :class:`~gnnflow.dist.feature_store.FeatureStore`
+3. **load** — input rows from the :class:`~gnnflow.distributed.feature_store.FeatureStore`
    (local rows, optional hot-row cache, one all-to-all for remote rows);
 4. **device copy**;
 5. **forward/backward** — loss = cross-entropy summed over the local targets
@@ -25,7 +25,7 @@ never the whole graph or feature file).  One training iteration on every rank:
 6. **all-reduce** of the gradients (sum; or ``ddp=true``: PyTorch DDP, with the
    loss scaled by P to undo DDP's averaging) and an optimizer **step**.
 
-Stages 1-4 run in :class:`~gnnflow.dist.pipeline.MiniBatchPipeline`,
+Stages 1-4 run in :class:`~gnnflow.distributed.pipeline.MiniBatchPipeline`,
 asynchronously (``pipeline=true``, default) or inline (``pipeline=false``,
 the ``--no-pipeline`` flag).  Evaluation is exact full-neighbourhood
 layer-wise inference over the partitions: per layer each rank computes its
@@ -69,10 +69,10 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from gnnflow.dist.comm import CommStats, all_reduce_gradients, alltoallv, world
-from gnnflow.dist.dist_sampler import make_sampler, presample_input_counts, sample_minibatch
-from gnnflow.dist.feature_store import FeatureStore
-from gnnflow.dist.pipeline import (
+from gnnflow.distributed.comm import CommStats, all_reduce_gradients, alltoallv, world
+from gnnflow.distributed.dist_sampler import make_sampler, presample_input_counts, sample_minibatch
+from gnnflow.distributed.feature_store import FeatureStore
+from gnnflow.distributed.pipeline import (
     DEFAULT_CAPACITIES,
     MiniBatch,
     MiniBatchPipeline,
@@ -86,7 +86,7 @@ from gnnflow.sampling import Block
 from gnnflow.strategies.base import RankContext, Strategy
 
 if TYPE_CHECKING:
-    from gnnflow.dist.sampler_process import SamplerProcess
+    from gnnflow.distributed.sampler_process import SamplerProcess
 
 SPLITS = ("train", "val", "test")
 
@@ -266,7 +266,7 @@ class MiniBatchStrategy(Strategy):
         """Spawn this rank's sampler process (``samplers=process``), which runs the sample and
         load stages.  Collective with several ranks: rank 0 holds the rendezvous store of the
         sampler processes' own process group."""
-        from gnnflow.dist.sampler_process import SamplerProcess, SamplerSpec
+        from gnnflow.distributed.sampler_process import SamplerProcess, SamplerSpec
 
         cls = type(self)
         rank, size = world()

@@ -13,7 +13,7 @@ layer, which is model-parallel over the **feature dimension**:
    first-layer weights restricted to ``cols_r``);
 3. one all-to-all sends each partial to the micro-batch's owner, which sums
    them (the push; its backward pulls the gradients back along the same
-   paths, :func:`gnnflow.dist.comm.all_to_all_rows`), finishes layer 1 and
+   paths, :func:`gnnflow.distributed.comm.all_to_all_rows`), finishes layer 1 and
    runs the layers above data-parallel.
 
 Partial activations need layer-specific code (GSplit §5: P3's edge-centric
@@ -39,8 +39,8 @@ import torch.nn.functional as F
 from torch import nn
 from torch.func import functional_call
 
-from gnnflow.dist.comm import CommStats, all_to_all_rows, world
-from gnnflow.dist.pipeline import MiniBatch
+from gnnflow.distributed.comm import CommStats, all_to_all_rows, world
+from gnnflow.distributed.pipeline import MiniBatch
 from gnnflow.errors import ConfigError
 from gnnflow.nn.gat import GATConv
 from gnnflow.nn.gcn import GCNConv

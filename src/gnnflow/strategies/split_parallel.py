@@ -6,7 +6,7 @@ one micro-batch per rank:
 1. targets are drawn uniformly from all training vertices by a generator seeded
    identically on every rank; each target goes to the rank owning it in the
    offline partition (online splitting is a lookup, GSplit §4);
-2. :func:`~gnnflow.dist.split_sampling.sp_sample` (Algorithm 1) samples the
+2. :func:`~gnnflow.distributed.split_sampling.sp_sample` (Algorithm 1) samples the
    mini-batch cooperatively, layer by layer, and builds the shuffle index;
 3. each rank loads input features only for the vertices of its own split
    (features partitioned by the same map: no feature is loaded twice);
@@ -38,9 +38,15 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from gnnflow.config import TrainConfig
-from gnnflow.dist.comm import CommStats, all_reduce_gradients, all_to_all_rows, alltoallv, world
-from gnnflow.dist.pipeline import MiniBatch, add_stats_delta, stage_groups, stats_totals
-from gnnflow.dist.split_sampling import SplitGraph, SplitSample, SplitSampler, sp_sample
+from gnnflow.distributed.comm import (
+    CommStats,
+    all_reduce_gradients,
+    all_to_all_rows,
+    alltoallv,
+    world,
+)
+from gnnflow.distributed.pipeline import MiniBatch, add_stats_delta, stage_groups, stats_totals
+from gnnflow.distributed.split_sampling import SplitGraph, SplitSample, SplitSampler, sp_sample
 from gnnflow.errors import ConfigError
 from gnnflow.results.schema import Recorder
 from gnnflow.sampling import Block, as_long_tensor
@@ -252,7 +258,7 @@ class SplitParallel(MiniBatchStrategy):
         One all-gather per epoch (in the split group) of this rank's
         per-iteration, per-layer edge and cross-edge counts.
         """
-        from gnnflow.dist.redundancy import combine_split_counts
+        from gnnflow.distributed.redundancy import combine_split_counts
 
         edges = [e for e, _ in self.split_counts]
         cross = [c for _, c in self.split_counts]
@@ -392,8 +398,8 @@ def verify(workers: int, model: str = "sage", seed: int = 0, **kw: Any) -> dict[
     ``tol`` (1e-5), ``timeout_s`` (120).
     """
     from gnnflow.data.synthetic import generate_synthetic
-    from gnnflow.dist.launch import run_ranks
-    from gnnflow.dist.redundancy import microbatch_counts, split_targets
+    from gnnflow.distributed.launch import run_ranks
+    from gnnflow.distributed.redundancy import microbatch_counts, split_targets
     from gnnflow.nn import build_model
     from gnnflow.sampling import NeighborSampler
 

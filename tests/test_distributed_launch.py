@@ -9,8 +9,8 @@ import time
 import pytest
 import torch
 
-from gnnflow.dist.comm import CommStats, all_to_all_rows, alltoallv, world
-from gnnflow.dist.launch import run_ranks
+from gnnflow.distributed.comm import CommStats, all_to_all_rows, alltoallv, world
+from gnnflow.distributed.launch import run_ranks
 from gnnflow.errors import DistributedError
 
 

@@ -18,8 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from gnnflow.dist.plan import DEFAULT_UNITS, comm_relation, model_swap, plan_p2p, plan_spst
-from gnnflow.dist.topology import load_topology
+from gnnflow.distributed.plan import DEFAULT_UNITS, comm_relation, model_swap, plan_p2p, plan_spst
+from gnnflow.distributed.topology import load_topology
 from gnnflow.errors import ConfigError
 
 

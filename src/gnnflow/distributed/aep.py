@@ -44,8 +44,8 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from gnnflow.dist.comm import CommStats, PendingAllToAll, start_alltoallv, world
-from gnnflow.dist.hec import EmbeddingCache
+from gnnflow.distributed.comm import CommStats, PendingAllToAll, start_alltoallv, world
+from gnnflow.distributed.hec import EmbeddingCache
 
 
 def _tag_columns(dtype: torch.dtype) -> int:

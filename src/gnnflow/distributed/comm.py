@@ -68,7 +68,7 @@ def exchange_counts(counts: list[int] | torch.Tensor, group: Any = None) -> list
 
     ``group``: a process group spanning all ranks (e.g. from ``dist.new_group``)
     so a background thread's collectives never interleave with the training
-    thread's (see ``gnnflow.dist.pipeline``), or a sub-group of ranks (split
+    thread's (see ``gnnflow.distributed.pipeline``), or a sub-group of ranks (split
     groups, GSplit §6.4; ``counts`` then has one entry per group rank); None =
     the default group.
     """

@@ -52,11 +52,10 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import torch
 
-from gnnflow.dist.launch import init_group
-from gnnflow.dist.pipeline import MiniBatch
+from gnnflow.distributed.launch import init_group
+from gnnflow.distributed.pipeline import MiniBatch
 from gnnflow.errors import DistributedError
 from gnnflow.sampling import Block
 from gnnflow.strategies.base import RankContext

@@ -54,7 +54,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from gnnflow.dist.comm import world
+from gnnflow.distributed.comm import world
 from gnnflow.errors import DistributedError
 
 DEFAULT_CAPACITIES = (25, 5, 1)
@@ -95,7 +95,7 @@ def stage_groups(names: Iterable[str] = ("sample", "load")) -> dict[str, Any]:
 
 
 def stats_totals(stats: Any) -> tuple[list[int], list[int]]:
-    """A :class:`~gnnflow.dist.comm.CommStats`' per-peer byte totals now (empty lists for None)."""
+    """A :class:`~gnnflow.distributed.comm.CommStats`' per-peer byte totals now (empty lists for None)."""
     if stats is None:
         return [], []
     return list(stats.bytes_sent), list(stats.bytes_received)

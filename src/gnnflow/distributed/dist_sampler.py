@@ -35,8 +35,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from gnnflow.dist.comm import CommStats, alltoallv, world
-from gnnflow.dist.pipeline import MiniBatch, add_stats_delta, stats_totals
+from gnnflow.distributed.comm import CommStats, alltoallv, world
+from gnnflow.distributed.pipeline import MiniBatch, add_stats_delta, stats_totals
 from gnnflow.errors import ConfigError
 from gnnflow.sampling import NeighborSampler, csr_sample_neighbors
 from gnnflow.sampling.neighbor import LayerwiseSampler, Relabeler
@@ -139,7 +139,7 @@ def sample_minibatch(sampler: DistNeighborSampler | NeighborSampler, mb: MiniBat
     """The sample stage of the mini-batch strategies: ``mb.blocks`` for ``mb.targets``.
 
     The sampler draws from one stream per (seed, rank, epoch, batch), so a
-    resumed run, or a sampler process (:mod:`gnnflow.dist.sampler_process`),
+    resumed run, or a sampler process (:mod:`gnnflow.distributed.sampler_process`),
     samples exactly what the uninterrupted in-process stage would, however far
     ahead the pipeline runs.  Records ``sampled_edges``, ``input_vertices`` and
     the bytes the sampler's exchanges moved (``stats``) in ``mb.counters``.

@@ -32,8 +32,8 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from gnnflow.dist.comm import CommStats
-from gnnflow.dist.plan import CommRelation, RankTable
+from gnnflow.distributed.comm import CommStats
+from gnnflow.distributed.plan import CommRelation, RankTable
 
 _FWD_TAG = 0
 _BWD_TAG = 1 << 12
@@ -341,7 +341,7 @@ def graph_allgather(local_embeddings: torch.Tensor, table: RankTable | SwapTable
 def rank_tables(planner: str, rel: CommRelation, topology: Any = None, seed: int = 0,
                 **kw: Any) -> list[RankTable] | list[SwapTable]:
     """Executable tables of every rank for ``planner`` in ``{p2p, spst, swap}``."""
-    from gnnflow.dist.plan import make_plan
+    from gnnflow.distributed.plan import make_plan
 
     if planner == "swap":
         return swap_tables(rel)

@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from gnnflow.dist.comm import CommStats, alltoallv
+from gnnflow.distributed.comm import CommStats, alltoallv
 from gnnflow.errors import ConfigError
 from gnnflow.sampling import Block, NeighborSampler, as_long_tensor
 

@@ -15,7 +15,7 @@
   a stage's time the max over links; the total is the sum of stages.
 * :meth:`Plan.tables` turns a plan into per-rank executable stage tables
   ``(peer, stage, send ids, recv ids)`` with relays and the backward sub-stage
-  labels of §6.2 (:mod:`gnnflow.dist.allgather` runs them).
+  labels of §6.2 (:mod:`gnnflow.distributed.allgather` runs them).
 
 Vertex classes (a deviation for speed, see docs/dgcl.md): vertices with the same
 ``(s_u, D_u)`` are interchangeable for Algorithm 1, so the planner routes them
@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from gnnflow.dist.topology import Topology
+from gnnflow.distributed.topology import Topology
 from gnnflow.errors import ConfigError
 
 PLANNERS = ("p2p", "spst", "swap", "replication")

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from gnnflow.dist.topology import load_topology, preset_names, write_topology
+from gnnflow.distributed.topology import load_topology, preset_names, write_topology
 from gnnflow.errors import ConfigError
 from gnnflow.strategies.base import RankContext
 
@@ -85,7 +85,7 @@ def _probe_rank(ctx: RankContext, nbytes: int, repeats: int) -> dict[str, Any]:
 def probe_topology(workers: int, message_bytes: int = 16 << 20, repeats: int = 5,
                    device: str = "cpu") -> dict[str, Any]:
     """Measure local ranks and return a topology spec (see module docstring)."""
-    from gnnflow.dist.launch import run_ranks
+    from gnnflow.distributed.launch import run_ranks
 
     if workers < 2:
         raise ConfigError(f"--workers must be at least 2 to probe links, got {workers}")

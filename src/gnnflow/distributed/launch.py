@@ -41,7 +41,7 @@ import torch.distributed as dist
 from gnnflow.errors import DistributedError
 from gnnflow.strategies.base import RankContext
 
-log = logging.getLogger("gnnflow.dist")
+log = logging.getLogger("gnnflow.distributed")
 
 DEFAULT_TIMEOUT_S = float(os.environ.get("GNNFLOW_DIST_TIMEOUT", "60"))
 

@@ -52,7 +52,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from gnnflow.dist.comm import alltoallv
+from gnnflow.distributed.comm import alltoallv
 
 log = logging.getLogger("gnnflow.spmm")
 

@@ -9,14 +9,14 @@ set of global vertex ids is served
   the sampling-frequency criterion GSplit §6.1 and DistDGLv2's "local CPU
   cache" of §4.2.1 use),
 * and from the owning ranks for the rest, in ONE all-to-all exchange per
-  request batch: ids go out with :func:`gnnflow.dist.comm.alltoallv`, owners
+  request batch: ids go out with :func:`gnnflow.distributed.comm.alltoallv`, owners
   gather their rows and the rows come back in a second ``alltoallv`` whose
   receive counts are already known.
 
 Every call is a collective: all ranks call :meth:`FeatureStore.fetch` the same
 number of times in the same order on the same process group (a rank with no
 remote rows still takes part).  Bytes are counted per peer in a
-:class:`~gnnflow.dist.comm.CommStats`; per-request counters (rows loaded,
+:class:`~gnnflow.distributed.comm.CommStats`; per-request counters (rows loaded,
 remote rows, remote bytes, cache hits/misses) are added to a dict the caller
 passes, so the asynchronous pipeline can attribute them to the mini-batch.
 
@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from gnnflow.dist.comm import CommStats, alltoallv, world
+from gnnflow.distributed.comm import CommStats, alltoallv, world
 from gnnflow.errors import ConfigError
 
 Rows = np.ndarray | torch.Tensor
@@ -76,7 +76,7 @@ class FeatureStore:
     ``node_part`` maps every global vertex id to its owning rank (the partition
     book's ``node_part`` memory map; part ``i`` is served by rank ``i``).
     ``group``: the process group the exchanges use (a background pipeline
-    thread passes its own group, see :mod:`gnnflow.dist.pipeline`).
+    thread passes its own group, see :mod:`gnnflow.distributed.pipeline`).
     """
 
     def __init__(
