@@ -70,8 +70,9 @@ def _snakemake(*args, cwd=ROOT):
     return subprocess.run([exe, *args], cwd=cwd, capture_output=True, text=True, timeout=300)
 
 
-def test_dry_run_default_config():
-    proc = _snakemake("-n", "--profile", "profiles/default")
+def test_dry_run_default_config(tmp_path):
+    # results go to a fresh directory: `make run` may have left ./results complete (nothing to do)
+    proc = _snakemake("-n", "--profile", "profiles/default", "--config", f"results={tmp_path}/results")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "train" in proc.stdout
 
