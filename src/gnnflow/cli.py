@@ -13,7 +13,8 @@ import importlib
 import logging
 import sys
 
-from gnnflow.errors import GnnflowError
+from gnnflow.errors import GnnflowError, Terminated
+from gnnflow.io import configure_logging
 
 # subcommand -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -57,11 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     # Parse only the global part; the subcommand's module parses the rest.
     top, rest = parser.parse_known_args(argv)
-    logging.basicConfig(
-        level=logging.DEBUG if top.verbose else logging.INFO,
-        format="%(asctime)s %(name)s %(levelname)s %(message)s",
-        datefmt="%H:%M:%S",
-    )
+    configure_logging(logging.DEBUG if top.verbose else logging.INFO)
     if top.command is None:
         parser.print_help()
         return 2
@@ -80,11 +77,24 @@ def main(argv: list[str] | None = None) -> int:
     try:
         code = module.main(args)
     except GnnflowError as exc:
-        print(f"gnnflow {top.command}: error: {exc}", file=sys.stderr)
+        first, _, rest = str(exc).partition("\n")
+        print(f"gnnflow {top.command}: error: {first}", file=sys.stderr)
+        if rest:
+            logging.getLogger("gnnflow").debug("details:\n%s", rest)
+        return 1
+    except OSError as exc:  # an output that cannot be written: read-only, full, missing directory
+        where = f"{exc.filename}: " if exc.filename else ""
+        print(f"gnnflow {top.command}: error: {where}{exc.strerror or exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print(f"gnnflow {top.command}: interrupted", file=sys.stderr)
         return 130
+    except Terminated as exc:
+        print(f"gnnflow {top.command}: {exc}", file=sys.stderr)
+        return 128 + exc.signum
+    except BrokenPipeError:  # output piped into a reader that closed early (`| head`)
+        sys.stderr.close()
+        return 0
     return int(code or 0)
 
 

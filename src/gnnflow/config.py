@@ -9,7 +9,23 @@ from typing import Any
 
 from gnnflow.errors import ConfigError
 
-MODELS = ("sage", "gcn", "gat", "mlp")  # mlp: the no-graph baseline (nn.DstLinear)
+MODELS = ("sage", "gcn", "gat", "mlp")
+
+
+def env_seconds(name: str, default: float) -> float:
+    """A positive number of seconds from environment variable ``name`` (unset or empty: ``default``)."""
+    import os
+
+    text = os.environ.get(name, "").strip()
+    if not text:
+        return default
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value > 0:
+        raise ConfigError(f"{name}={text!r}: expected a positive number of seconds")
+    return value  # mlp: the no-graph baseline (nn.DstLinear)
 
 
 @dataclass
@@ -41,7 +57,40 @@ class TrainConfig:
     def __post_init__(self) -> None:
         self.validate()
 
+    def _check_types(self) -> None:
+        """Each setting has its field's type (YAML ``epochs: one`` fails here, naming the key).
+        Integers are accepted where a float is expected; numeric strings are not."""
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            kind = str(f.type)
+            optional = "None" in kind
+            if value is None and optional:
+                continue
+            base = kind.replace("| None", "").strip()
+            if base == "int":
+                ok = isinstance(value, int) and not isinstance(value, bool)
+                want = "an integer"
+            elif base == "float":
+                ok = isinstance(value, int | float) and not isinstance(value, bool)
+                if ok:
+                    setattr(self, f.name, float(value))
+                want = "a number"
+            elif base == "bool":
+                ok, want = isinstance(value, bool), "true or false"
+            elif base == "str":
+                ok, want = isinstance(value, str), "a string"
+            elif base.startswith("list[int]"):
+                ok = isinstance(value, list) and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
+                want = "a list of integers"
+            elif base.startswith("dict"):
+                ok, want = isinstance(value, dict), "a mapping"
+            else:  # pragma: no cover - a new field type: extend this table
+                continue
+            if not ok:
+                raise ConfigError(f"{f.name}: expected {want}, got {value!r}")
+
     def validate(self) -> None:
+        self._check_types()
         if self.model not in MODELS:
             raise ConfigError(f"model: unknown model {self.model!r}; choose one of {', '.join(MODELS)}")
         if self.workers < 1:

@@ -23,3 +23,17 @@ class DownloadError(GnnflowError):
 
 class DistributedError(GnnflowError):
     """A rank failed or a distributed wait timed out."""
+
+
+class Terminated(BaseException):
+    """This process was asked to stop (SIGTERM, SIGHUP) and stopped what it had started.
+
+    A BaseException, like KeyboardInterrupt, so that no ``except Exception`` swallows it;
+    the CLI exits with 128 + the signal number.
+    """
+
+    def __init__(self, signum: int) -> None:
+        import signal
+
+        super().__init__(f"stopped by {signal.Signals(signum).name}")
+        self.signum = signum

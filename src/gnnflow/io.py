@@ -17,6 +17,17 @@ from typing import Any, TypeVar
 
 T = TypeVar("T")
 log = logging.getLogger("gnnflow")
+LOG_LEVEL_ENV = "GNNFLOW_LOG_LEVEL"
+
+
+def configure_logging(level: int | None = None) -> None:
+    """Log lines ``HH:MM:SS name LEVEL message`` on stderr at ``level`` (default: the level the
+    launching process chose, passed to its ranks in ``GNNFLOW_LOG_LEVEL``, else INFO)."""
+    if level is None:
+        level = int(os.environ.get(LOG_LEVEL_ENV, logging.INFO))
+    os.environ[LOG_LEVEL_ENV] = str(level)
+    logging.basicConfig(level=level, format="%(asctime)s %(name)s %(levelname)s %(message)s",
+                        datefmt="%H:%M:%S")
 
 
 @contextlib.contextmanager
@@ -58,6 +69,20 @@ def atomic_file(out: str | os.PathLike[str]) -> Iterator[Path]:
         tmp.unlink(missing_ok=True)
         raise
     os.replace(tmp, out)
+
+
+def save_tensors(obj: Any, out: str | os.PathLike[str]) -> None:
+    """``torch.save(obj)`` to ``out`` atomically.  Serialised in memory first, then written
+    with plain file writes, so a full or read-only disk raises ``OSError`` naming the file
+    (torch's zip writer reports it as an unrelated ``RuntimeError``)."""
+    import io as _io
+
+    import torch
+
+    buf = _io.BytesIO()
+    torch.save(obj, buf)
+    with atomic_file(out) as tmp:
+        tmp.write_bytes(buf.getbuffer())
 
 
 def provenance(extra: dict[str, Any] | None = None) -> dict[str, Any]:

@@ -23,7 +23,6 @@ from __future__ import annotations
 import atexit
 import os
 import shutil
-import tempfile
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -34,6 +33,7 @@ import torch.distributed as dist
 
 from gnnflow.distributed.comm import CommStats
 from gnnflow.distributed.plan import CommRelation, RankTable
+from gnnflow.distributed.processes import run_shm_dir
 
 _FWD_TAG = 0
 _BWD_TAG = 1 << 12
@@ -234,14 +234,17 @@ def swap_tables(rel: CommRelation) -> list[SwapTable]:
 
 
 class _SharedBuffers:
-    """File-backed shared memory (``/dev/shm``) visible to every local rank."""
+    """File-backed shared memory (``/dev/shm``) visible to every local rank.
+
+    The directory is named after the run (:func:`~gnnflow.distributed.processes.run_shm_dir`),
+    so the launcher removes it even when rank 0 is killed before it can.
+    """
 
     def __init__(self) -> None:
         rank = dist.get_rank()
         obj: list[Any] = [None]
         if rank == 0:
-            base = "/dev/shm" if os.path.isdir("/dev/shm") else None
-            obj[0] = tempfile.mkdtemp(prefix="gnnflow-swap-", dir=base)
+            obj[0] = run_shm_dir("swap")
         dist.broadcast_object_list(obj, src=0)
         self.dir: str = obj[0]
         self.owner = rank == 0

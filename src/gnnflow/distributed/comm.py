@@ -19,6 +19,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from gnnflow.distributed.watchdog import note_progress
+
 
 def world(group: Any = None) -> tuple[int, int]:
     """(rank, world_size) in ``group`` (None = the default group); (0, 1) when no process group is initialised."""
@@ -106,6 +108,7 @@ def start_alltoallv(
     flight until :meth:`PendingAllToAll.wait`.  A collective: every rank calls it in the
     same order.  With one rank the rows are returned as they are."""
     rank, size = world(group)
+    note_progress()
     if size == 1:
         return PendingAllToAll(None, torch.cat(send, 0) if send else torch.empty(0),
                                [int(t.shape[0]) for t in send])
@@ -182,6 +185,7 @@ def all_to_all_rows(x: torch.Tensor, send_index: list[torch.Tensor], recv_counts
 def all_reduce_gradients(module: torch.nn.Module, average: bool = True) -> None:
     """Sum (or average) every parameter gradient across ranks, flattened into one call."""
     _, size = world()
+    note_progress()
     if size == 1:
         return
     grads = [p.grad for p in module.parameters() if p.grad is not None]

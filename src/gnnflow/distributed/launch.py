@@ -5,15 +5,25 @@ process group initialised and returns the list of per-rank results (on the
 local launcher) or this rank's result in a list of one (under torchrun/srun,
 where the outer launcher owns the other ranks).
 
-* Local: ``world_size`` processes are spawned on this machine; rendezvous on a
-  free loopback port.  The parent watches them: if one exits abnormally or
-  raises, the rest are terminated at once and :class:`DistributedError` names
-  the rank and its error.  No process is left behind.
-* torchrun: ``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT`` come from
-  the environment.
-* srun: ``SLURM_PROCID``, ``SLURM_NTASKS``; the master is the first host of
-  ``SLURM_STEP_NODELIST`` (or ``SLURM_JOB_NODELIST``); the port is derived from
-  the job id unless ``MASTER_PORT`` is set.
+* Local: ``world_size`` processes are spawned on this machine.  The parent holds
+  the rendezvous store, listening on loopback only
+  (:mod:`gnnflow.distributed.network`), and gloo is pinned to loopback too.  It
+  watches the ranks: their exits, their error reports and their heartbeats
+  (:mod:`gnnflow.distributed.watchdog`).  When one fails, dies or stops
+  responding, the rest are terminated at once and :class:`DistributedError`
+  names the rank that CAUSED the failure: a dead rank before a stopped one,
+  a stopped one before the ranks that then timed out or lost their connection.
+  SIGTERM, SIGHUP or SIGINT to the parent stops every rank before it exits; a
+  rank dies with its parent (``PR_SET_PDEATHSIG``) even when the parent is
+  killed outright.  Shared-memory files the run made are removed on every exit
+  path (:mod:`gnnflow.distributed.processes`).  No process is left behind.
+* torchrun: ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR``,
+  ``MASTER_PORT`` come from the environment.
+* srun: ``SLURM_PROCID``, ``SLURM_NTASKS``, ``SLURM_LOCALID``; the master is the
+  first host of ``SLURM_STEP_NODELIST`` (or ``SLURM_JOB_NODELIST``); the port is
+  derived from the job id unless ``MASTER_PORT`` is set.
+  Under both, every rank talks over the interface that routes to the master
+  (or ``GNNFLOW_IFNAME``), and rank 0 holds the store bound to that address.
 
 Every collective has the process-group timeout (``GNNFLOW_DIST_TIMEOUT``
 seconds, default 60), so a rank that dies makes the others fail rather than hang.
@@ -29,6 +39,7 @@ import pickle
 import signal
 import socket
 import subprocess
+import threading
 import time
 import traceback
 from collections.abc import Callable
@@ -38,17 +49,33 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from gnnflow.errors import DistributedError
+from gnnflow.config import env_seconds
+from gnnflow.distributed.network import (
+    LOOPBACK,
+    connect_store,
+    local_address_towards,
+    resolve,
+    set_run_address,
+    start_store,
+)
+from gnnflow.distributed.processes import TAG_ENV, die_with_parent, new_run_tag, remove_run_shm
+from gnnflow.distributed.watchdog import Heartbeat, HeartbeatMonitor
+from gnnflow.errors import DistributedError, Terminated
+from gnnflow.io import configure_logging
 from gnnflow.strategies.base import RankContext
 
 log = logging.getLogger("gnnflow.distributed")
 
-DEFAULT_TIMEOUT_S = float(os.environ.get("GNNFLOW_DIST_TIMEOUT", "60"))
+def dist_timeout_s() -> float:
+    """Seconds a collective waits before it fails (``GNNFLOW_DIST_TIMEOUT``, default 60)."""
+    return env_seconds("GNNFLOW_DIST_TIMEOUT", 60.0)
 
 
-def free_port() -> int:
+def free_port(address: str = LOOPBACK) -> int:
+    """A port free on ``address`` now (another process may take it before it is bound: prefer
+    :func:`gnnflow.distributed.network.start_store`, which binds first)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
+        s.bind((address, 0))
         return int(s.getsockname()[1])
 
 
@@ -84,22 +111,11 @@ def _device_for(rank_local: int, device: str) -> torch.device:
     return torch.device(device)
 
 
-def init_group(rank: int, world_size: int, addr: str, port: int, backend: str, timeout_s: float,
-               store_is_external: bool = False) -> None:
-    """Join the process group.  With ``store_is_external`` the rendezvous store already
-    runs (the local launcher's parent holds it), so every rank connects as a client."""
-    timeout = datetime.timedelta(seconds=timeout_s)
-    if store_is_external:
-        store = dist.TCPStore(addr, port, world_size, is_master=False, timeout=timeout)
-        dist.init_process_group(backend=backend, store=store, rank=rank, world_size=world_size, timeout=timeout)
-        return
-    dist.init_process_group(
-        backend=backend,
-        init_method=f"tcp://{addr}:{port}",
-        rank=rank,
-        world_size=world_size,
-        timeout=timeout,
-    )
+def init_group(rank: int, world_size: int, store: Any, backend: str, timeout_s: float) -> None:
+    """Join the process group through ``store`` (a rendezvous store already running: the local
+    launcher's, or rank 0's under srun/torchrun)."""
+    dist.init_process_group(backend=backend, store=store, rank=rank, world_size=world_size,
+                            timeout=datetime.timedelta(seconds=timeout_s))
 
 
 def _send(conn: Any, message: tuple[Any, ...]) -> None:
@@ -122,19 +138,28 @@ def _rank_entry(
     args: tuple[Any, ...],
     conn: Any,
 ) -> None:
-    """Body of a spawned rank: init the group, run ``fn``, report through ``conn``."""
+    """Body of a spawned rank: beat, init the group, run ``fn``, report through ``conn``."""
+    die_with_parent()
     os.environ["GNNFLOW_RANK"] = str(rank)
+    configure_logging()  # rank 0 reports each epoch as it ends (driver)
     torch.set_num_threads(threads)
+    heartbeat = None
     try:
-        init_group(rank, world_size, addr, port, backend, timeout_s, store_is_external=True)
+        heartbeat = Heartbeat(connect_store(addr, port, world_size, timeout_s), rank)
+        init_group(rank, world_size, connect_store(addr, port, world_size, timeout_s), backend, timeout_s)
         ctx = RankContext(rank=rank, world_size=world_size, device=_device_for(rank, device))
         result = fn(ctx, *args)
+        # leave together: a rank that tears its connections down while a peer is still setting
+        # up (a fn without collectives) would make that peer fail with "connection closed"
+        dist.barrier()
         _send(conn, ("ok", result))
     except BaseException as exc:  # report any failure to the parent, then exit non-zero
         _send(conn, ("error", f"{type(exc).__name__}: {exc}", traceback.format_exc()))
         conn.close()
         os._exit(1)
     finally:
+        if heartbeat is not None:
+            heartbeat.stop()
         if dist.is_initialized():
             try:
                 dist.destroy_process_group()
@@ -157,7 +182,7 @@ def run_ranks(
     ``fn`` must be importable (a module-level function) for the local spawner.
     """
     backend = backend or default_backend(device)
-    timeout_s = DEFAULT_TIMEOUT_S if timeout_s is None else timeout_s
+    timeout_s = dist_timeout_s() if timeout_s is None else timeout_s
     launcher = external_launcher()
     if launcher is not None:
         return [_run_external(launcher, fn, args, device, backend, timeout_s)]
@@ -171,78 +196,214 @@ def _run_external(launcher: str, fn: Callable[..., Any], args: tuple[Any, ...], 
     if launcher == "torchrun":
         rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
         local = int(os.environ.get("LOCAL_RANK", rank))
-        addr, port = os.environ.get("MASTER_ADDR", "127.0.0.1"), int(os.environ.get("MASTER_PORT", "29500"))
+        master, port = os.environ.get("MASTER_ADDR", LOOPBACK), int(os.environ.get("MASTER_PORT", "29500"))
+        agent_store = os.environ.get("TORCHELASTIC_USE_AGENT_STORE", "").lower() == "true"
     else:
         rank, world = int(os.environ["SLURM_PROCID"]), int(os.environ["SLURM_NTASKS"])
         local = int(os.environ.get("SLURM_LOCALID", rank))
-        addr, port = _slurm_master()
-    log.info("rank %d/%d started by %s, rendezvous %s:%d", rank, world, launcher, addr, port)
-    init_group(rank, world, addr, port, backend, timeout_s)
+        master, port = _slurm_master()
+        agent_store = False
+    address = local_address_towards(master)
+    set_run_address(address)
+    # a rank's own helpers (sampler processes) reach the master at the same address
+    os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = resolve(master), str(port)
+    log.info("rank %d/%d started by %s, rendezvous %s:%d, talking over %s", rank, world, launcher,
+             master, port, address)
+    bound = None
+    if rank == 0 and not agent_store:  # rank 0 holds the store, on the run's interface only
+        bound = start_store(address, world, timeout_s, port)
+        store = bound.store
+    else:
+        store = connect_store(resolve(master), port, world, timeout_s)
+    init_group(rank, world, store, backend, timeout_s)
     try:
         return fn(RankContext(rank=rank, world_size=world, device=_device_for(local, device)), *args)
     finally:
         dist.destroy_process_group()
+        if bound is not None:
+            bound.close()
+
+
+def _raise_terminated(signum: int, _frame: Any) -> None:
+    raise Terminated(signum)
+
+
+class _StopSignals:
+    """While active (main thread only), SIGTERM and SIGHUP raise :class:`Terminated` in the
+    launcher, so its ``finally`` stops the ranks before it exits."""
+
+    SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+
+    def __enter__(self) -> _StopSignals:
+        self.saved: dict[int, Any] = {}
+        if threading.current_thread() is threading.main_thread():
+            for sig in self.SIGNALS:
+                self.saved[sig] = signal.signal(sig, _raise_terminated)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        for sig, handler in self.saved.items():
+            signal.signal(sig, handler)
+
+
+def _quiet_resource_tracker() -> None:
+    """Start multiprocessing's resource tracker (shared by every rank and sampler process) without
+    its exit warning: when a rank is killed, the tracker removes the semaphores of its queues and
+    warns about them after the run's error line, which would bury the line that names the rank."""
+    from multiprocessing import resource_tracker
+
+    saved = os.environ.get("PYTHONWARNINGS")
+    os.environ["PYTHONWARNINGS"] = ",".join(filter(None, [saved, "ignore:resource_tracker:UserWarning"]))
+    try:
+        resource_tracker.ensure_running()
+    finally:
+        if saved is None:
+            os.environ.pop("PYTHONWARNINGS")
+        else:
+            os.environ["PYTHONWARNINGS"] = saved
 
 
 def _spawn_local(fn: Callable[..., Any], world_size: int, args: tuple[Any, ...], device: str,
                  backend: str, timeout_s: float, threads_per_rank: int | None) -> list[Any]:
     ctx = mp.get_context("spawn")
-    # The parent holds the rendezvous store on a port the OS assigns, so no other
-    # process can take the port between choosing it and binding it.
-    store = dist.TCPStore("127.0.0.1", 0, world_size, is_master=True, wait_for_workers=False,
-                          timeout=datetime.timedelta(seconds=timeout_s))
-    port = int(store.port)
+    _quiet_resource_tracker()
+    # the ranks inherit the environment: gloo on loopback, shared memory named after this run
+    set_run_address(LOOPBACK)
+    tag = os.environ[TAG_ENV] = new_run_tag()
+    # the parent holds the rendezvous store, bound to loopback on a port the OS assigns (no
+    # other process can take the port between choosing it and binding it)
+    bound = start_store(LOOPBACK, world_size + 1, timeout_s)
+    monitor = HeartbeatMonitor(bound.store, world_size)
     threads = threads_per_rank or max(1, (os.cpu_count() or 1) // world_size)
-    procs, conns = [], []
-    for rank in range(world_size):
-        parent, child = ctx.Pipe(duplex=False)
-        p = ctx.Process(
-            target=_rank_entry,
-            args=(rank, world_size, "127.0.0.1", port, backend, device, timeout_s, threads, fn, args, child),
-            name=f"gnnflow-rank{rank}",
-            daemon=False,
-        )
-        p.start()
-        child.close()
-        procs.append(p)
-        conns.append(parent)
-    results: list[Any] = [None] * world_size
-    pending = {conns[r]: r for r in range(world_size)}
-    sentinels = {procs[r].sentinel: r for r in range(world_size)}
+    procs: list[Any] = []
+    conns: list[Any] = []
     try:
-        while pending:
-            ready = wait(list(pending) + list(sentinels), timeout=5.0)
-            for obj in ready:
-                if obj in pending:
-                    r = pending[obj]
-                    try:
-                        msg = pickle.loads(obj.recv_bytes())
-                    except EOFError:
-                        msg = None
-                    del pending[obj]
-                    if msg is None:
-                        procs[r].join(2.0)
-                        _fail(procs, r, f"rank {r} died without a result ({_describe_exit(procs[r].exitcode)})")
-                    elif msg[0] == "error":
-                        log.debug("rank %d traceback:\n%s", r, msg[2])
-                        _fail(procs, r, f"rank {r} failed: {msg[1]}")
-                    else:
-                        results[r] = msg[1]
-                elif obj in sentinels:
-                    r = sentinels.pop(obj)
-                    procs[r].join(0.1)
-                    code = procs[r].exitcode
-                    if code not in (0, None) and conns[r] in pending:
-                        # Give the pipe a moment: an error message may still be in flight.
-                        if conns[r].poll(0.5):
-                            continue
-                        _fail(procs, r, f"rank {r} died ({_describe_exit(code)})")
-        for p in procs:
-            p.join(timeout=timeout_s)
+        with _StopSignals():
+            for rank in range(world_size):
+                parent, child = ctx.Pipe(duplex=False)
+                p = ctx.Process(
+                    target=_rank_entry,
+                    args=(rank, world_size, LOOPBACK, bound.port, backend, device, timeout_s, threads, fn,
+                          args, child),
+                    name=f"gnnflow-rank{rank}",
+                    daemon=False,
+                )
+                p.start()
+                child.close()
+                procs.append(p)
+                conns.append(parent)
+            return _Watch(procs, conns, monitor).run(timeout_s)
     finally:
         _terminate(procs)
-        del store
-    return results
+        bound.close()
+        removed = remove_run_shm(tag)
+        if removed:
+            log.debug("removed shared memory left by the run: %s", removed)
+        os.environ.pop(TAG_ENV, None)
+
+
+class _Watch:
+    """The local launcher's loop: results, errors, exits and heartbeats of every rank."""
+
+    GRACE_S = 1.0  # after a first failure, how long to wait for the cause to show itself
+
+    def __init__(self, procs: list[Any], conns: list[Any], monitor: HeartbeatMonitor) -> None:
+        self.procs, self.conns, self.monitor = procs, conns, monitor
+        self.results: list[Any] = [None] * len(procs)
+        self.pending = {conns[r]: r for r in range(len(procs))}
+        self.sentinels = {procs[r].sentinel: r for r in range(len(procs))}
+        self.errors: dict[int, str] = {}  # rank -> its error report
+        self.finished: set[int] = set()  # ranks that sent their result
+
+    def run(self, timeout_s: float) -> list[Any]:
+        log.info("started %d ranks (pids %s)", len(self.procs), " ".join(str(p.pid) for p in self.procs))
+        announced = False
+        while self.pending:
+            self._take(wait(list(self.pending) + list(self.sentinels), timeout=1.0))
+            self.monitor.poll()
+            if not announced and self.monitor.all_seen():
+                log.info("all %d ranks are running", len(self.procs))
+                announced = True
+            stalled = [r for r in self.monitor.stalled()
+                       if self.procs[r].exitcode is None and r not in self.finished]
+            if self.errors or self._died() or stalled:
+                self._fail()
+        for p in self.procs:
+            p.join(timeout=timeout_s)
+        return self.results
+
+    def _take(self, ready: list[Any]) -> None:
+        for obj in ready:
+            if obj in self.pending:
+                r = self.pending.pop(obj)
+                try:
+                    msg = pickle.loads(obj.recv_bytes())
+                except (EOFError, OSError):  # the rank exited without a word
+                    self.procs[r].join(2.0)
+                    continue
+                if msg[0] == "error":
+                    log.debug("rank %d traceback:\n%s", r, msg[2])
+                    self.errors[r] = msg[1]
+                else:
+                    self.results[r] = msg[1]
+                    self.finished.add(r)
+            elif obj in self.sentinels:
+                r = self.sentinels.pop(obj)
+                self.procs[r].join(0.1)
+                if self.conns[r] in self.pending and self.conns[r].poll(0.5):
+                    # an error report may still be in flight: read it first
+                    self._take([self.conns[r]])
+
+    def _died(self) -> list[int]:
+        """Ranks that exited without a result or an error report (killed, crashed)."""
+        return [r for r, p in enumerate(self.procs)
+                if p.exitcode is not None and r not in self.errors and r not in self.finished
+                and self.conns[r] not in self.pending]
+
+    def _fail(self) -> None:
+        # the first sign is often a healthy rank losing its connection to the one that died or
+        # stopped: give the cause a moment to show itself, then name it
+        deadline = time.monotonic() + self.GRACE_S
+        while time.monotonic() < deadline:
+            self._take(wait(list(self.pending) + list(self.sentinels), timeout=0.2))
+        self.monitor.poll()
+        died = self._died()
+        if died:
+            r = died[0]
+            raise DistributedError(f"rank {r} died ({_describe_exit(self.procs[r].exitcode)})"
+                                   + self._others(r))
+        stalled = [r for r in self.monitor.stalled(threshold_s=min(self.monitor.stall_s, 5.0))
+                   if self.procs[r].exitcode is None and r not in self.errors]
+        if stalled:
+            r = stalled[0]
+            raise DistributedError(self.monitor.describe_stall(r) + self._others(r))
+        genuine = [r for r in sorted(self.errors) if not _is_wait_failure(self.errors[r])]
+        if genuine:  # an error of its own, not a lost connection or a timeout caused by another
+            r = genuine[0]
+            raise DistributedError(f"rank {r} failed: {self.errors[r]}" + self._others(r))
+        lagging = [r for r in self.monitor.lagging() if r not in self.errors]
+        if lagging:
+            r = lagging[0]
+            raise DistributedError(f"rank {r} fell behind: the others gave up waiting for it"
+                                   + self._others(r))
+        r = min(self.errors)
+        raise DistributedError(f"rank {r} failed: {self.errors[r]}" + self._others(r))
+
+    def _others(self, culprit: int) -> str:
+        """What the other ranks reported, briefly (they usually only noticed the culprit)."""
+        others = [r for r in sorted(self.errors) if r != culprit]
+        if not others:
+            return ""
+        first = self.errors[others[0]].splitlines()[0][:160]
+        more = f" (and {len(others) - 1} more)" if len(others) > 1 else ""
+        return f"; then rank {others[0]}: {first}{more}"
+
+
+def _is_wait_failure(error: str) -> bool:
+    """An error that only says a collective or connection gave up waiting on some peer."""
+    text = error.lower()
+    return any(s in text for s in ("timed out", "timeout", "connection reset", "connection closed",
+                                   "broken pipe", "connection refused", "read error", "write error"))
 
 
 def _describe_exit(code: int | None) -> str:
@@ -256,11 +417,6 @@ def _describe_exit(code: int | None) -> str:
     return f"exit code {code}"
 
 
-def _fail(procs: list[Any], rank: int, message: str) -> None:
-    _terminate(procs)
-    raise DistributedError(message)
-
-
 def _terminate(procs: list[Any], grace_s: float = 3.0) -> None:
     for p in procs:
         if p.is_alive():
@@ -269,5 +425,5 @@ def _terminate(procs: list[Any], grace_s: float = 3.0) -> None:
     for p in procs:
         p.join(max(0.0, deadline - time.monotonic()))
         if p.is_alive():
-            p.kill()
+            p.kill()  # also ends a stopped (SIGSTOP) process
             p.join(1.0)

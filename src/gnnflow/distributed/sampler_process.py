@@ -39,13 +39,11 @@ spawned processes.
 from __future__ import annotations
 
 import collections
-import ctypes
 import dataclasses
 import importlib
 import math
 import os
 import queue
-import signal
 import time
 import traceback
 from collections.abc import Iterable, Iterator
@@ -55,7 +53,9 @@ from typing import Any
 import torch
 
 from gnnflow.distributed.launch import init_group
+from gnnflow.distributed.network import LOOPBACK, connect_store
 from gnnflow.distributed.pipeline import MiniBatch
+from gnnflow.distributed.processes import die_with_parent
 from gnnflow.errors import DistributedError
 from gnnflow.sampling import Block
 from gnnflow.strategies.base import RankContext
@@ -79,18 +79,9 @@ class SamplerSpec:
     cfg: Any
     rank: int
     world_size: int
-    addr: str = "127.0.0.1"
+    addr: str = LOOPBACK
     port: int = 0
     timeout_s: float = 60.0
-
-
-def _die_with_parent() -> None:
-    """Ask Linux to SIGKILL this process when its parent exits (no orphaned samplers)."""
-    try:
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):  # pragma: no cover - not Linux: the idle parent check remains
-        pass
 
 
 def _pack(mb: MiniBatch) -> tuple[list[torch.Tensor], list[tuple[Any, ...]], int]:
@@ -163,13 +154,13 @@ def _serve(spec: SamplerSpec, parent_pid: int, requests: Any, results: Any, free
            min_slot_bytes: int) -> None:
     """Body of a sampler process: run the sample and load stages of every requested batch
     and hand the outputs over in a free slot."""
-    _die_with_parent()
+    die_with_parent()
     torch.set_num_threads(1)
     os.environ["GNNFLOW_RANK"] = str(spec.rank)
     try:
         if spec.world_size > 1:  # the samplers' own group; rank 0's trainer holds its store
-            init_group(spec.rank, spec.world_size, spec.addr, spec.port, "gloo", spec.timeout_s,
-                       store_is_external=True)
+            store = connect_store(spec.addr, spec.port, spec.world_size, spec.timeout_s)
+            init_group(spec.rank, spec.world_size, store, "gloo", spec.timeout_s)
         strategy = _build_stages(spec)
         slots = _Slots(min_slot_bytes)
         results.put(("ready",))

@@ -55,6 +55,11 @@ class Strategy(ABC):
     #: True when the strategy runs several ranks (needs a partition book).
     distributed: ClassVar[bool] = True
 
+    @classmethod
+    def book_parts(cls, cfg: TrainConfig) -> int | None:
+        """How many parts ``cfg.partition`` must have for this strategy (None: no book is read)."""
+        return cfg.workers if cls.distributed and cfg.partition else None
+
     def __init__(self, cfg: TrainConfig, ctx: RankContext) -> None:
         self.cfg = cfg
         self.ctx = ctx

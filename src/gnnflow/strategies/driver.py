@@ -39,8 +39,9 @@ import torch
 import torch.distributed as dist
 
 from gnnflow.config import TrainConfig
+from gnnflow.distributed.watchdog import note_progress
 from gnnflow.errors import ConfigError
-from gnnflow.io import atomic_file, provenance, write_json
+from gnnflow.io import atomic_file, provenance, save_tensors, write_json
 from gnnflow.results.schema import EpochRecord, Recorder, write_records
 from gnnflow.strategies.base import RankContext, Strategy, strategy_class
 
@@ -153,6 +154,7 @@ def _train(strategy: Strategy, cfg: TrainConfig, ctx: RankContext) -> list[Epoch
     run_id, dataset = run_id_for(cfg), dataset_name(cfg.graph)
     all_records: list[EpochRecord] = []
     for epoch in range(start, cfg.epochs):
+        note_progress()
         rec = Recorder()
         loss = strategy.run_epoch(epoch, rec)
         accs: dict[str, float] = {}
@@ -180,8 +182,7 @@ def _train(strategy: Strategy, cfg: TrainConfig, ctx: RankContext) -> list[Epoch
             break
     else:
         if ctx.rank == 0 and run_dir is not None and strategy.model is not None:
-            with atomic_file(run_dir / "model.pt") as tmp:
-                torch.save(strategy.model.state_dict(), tmp)
+            save_tensors(strategy.model.state_dict(), run_dir / "model.pt")
     return all_records
 
 
@@ -192,8 +193,7 @@ def _save_checkpoint(run_dir: Path, epoch: int, states: list[dict[str, Any]]) ->
         "ranks": [s["state"] for s in states],
         "rng": [s["rng"] for s in states],
     }
-    with atomic_file(run_dir / CKPT) as tmp:
-        torch.save(ckpt, tmp)
+    save_tensors(ckpt, run_dir / CKPT)
 
 
 def _prepare_run_dir(cfg: TrainConfig) -> None:
@@ -207,34 +207,53 @@ def _prepare_run_dir(cfg: TrainConfig) -> None:
         write_json(run_dir / "run.json", {"config": cfg.to_dict(), "provenance": provenance(), "status": "running"})
 
 
+def _mark_ended(run_dir: Path, status: str, error: str | None = None, extra: dict[str, Any] | None = None) -> None:
+    """Write the run's end into ``run.json``: ``done``/``stopped``, or ``failed`` with the error."""
+    info = json.loads((run_dir / "run.json").read_text())
+    info["status"] = status
+    if error is not None:
+        info["error"] = error
+    info.update(extra or {})
+    write_json(run_dir / "run.json", info)
+
+
 def run_training(cfg: TrainConfig) -> list[EpochRecord]:
-    """Train ``cfg`` to completion (or resume it); return the records of the epochs this call ran."""
+    """Train ``cfg`` to completion (or resume it); return the records of the epochs this call ran.
+
+    A run that fails (or is stopped by a signal) after its directory was made is
+    marked ``"status": "failed"`` in ``run.json``, with the error.
+    """
+    from gnnflow.strategies.preflight import check_run
+
     cls = strategy_class(cfg.strategy)
-    if not cls.distributed and cfg.workers > 1:
-        raise ConfigError(f"strategy {cfg.strategy!r} runs in one process; use --workers 1")
-    # the strategy's constructor checks its options (no data, no process group): a bad option
-    # fails here, before the run directory is written, not in every rank afterwards
-    cls(TrainConfig.from_dict(cfg.to_dict()), RankContext(world_size=max(1, cfg.workers)))
+    check_run(cfg, cls)  # before any rank starts and before the run directory is written
     # under torchrun/srun every rank runs this function; only rank 0 writes files
     is_rank0 = int(os.environ.get("RANK", os.environ.get("SLURM_PROCID", "0"))) == 0
+    run_dir = cfg.run_dir if is_rank0 else None
     if is_rank0:
         _prepare_run_dir(cfg)
     t0 = time.perf_counter()
-    if cls.distributed:
-        from gnnflow.distributed.launch import run_ranks
+    try:
+        if cls.distributed:
+            from gnnflow.distributed.launch import run_ranks
 
-        records = run_ranks(_rank_main, cfg.workers, cfg.to_dict(), device=cfg.device)[0]
-    else:
-        records = _rank_main(RankContext(device=torch.device(cfg.device)), cfg.to_dict())
-    run_dir = cfg.run_dir
-    if run_dir is not None and is_rank0:
+            records = run_ranks(_rank_main, cfg.workers, cfg.to_dict(), device=cfg.device)[0]
+        else:
+            records = _rank_main(RankContext(device=torch.device(cfg.device)), cfg.to_dict())
+    except BaseException as exc:
+        if run_dir is not None and (run_dir / "run.json").exists():
+            try:
+                _mark_ended(run_dir, "failed", f"{type(exc).__name__}: {exc}".splitlines()[0])
+            except OSError:  # the output directory itself is what failed
+                pass
+        raise
+    if run_dir is not None:
         info = json.loads((run_dir / "run.json").read_text())
         finished = not records or records[-1].epoch == cfg.epochs - 1
-        info["status"] = "done" if finished else "stopped"
-        info["wall_time_s"] = info.get("wall_time_s", 0.0) + time.perf_counter() - t0
+        extra: dict[str, Any] = {"wall_time_s": info.get("wall_time_s", 0.0) + time.perf_counter() - t0}
         if records:
             last = records[-1]
-            info["final"] = {"epoch": last.epoch, "loss": last.loss, "train_acc": last.train_acc,
-                             "val_acc": last.val_acc, "test_acc": last.test_acc}
-        write_json(run_dir / "run.json", info)
+            extra["final"] = {"epoch": last.epoch, "loss": last.loss, "train_acc": last.train_acc,
+                              "val_acc": last.val_acc, "test_acc": last.test_acc}
+        _mark_ended(run_dir, "done" if finished else "stopped", extra=extra)
     return records

@@ -59,7 +59,6 @@ None from its builder.  ``self.part``, ``self.book``, ``self.node_part``,
 from __future__ import annotations
 
 import math
-import os
 import warnings
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
@@ -266,18 +265,20 @@ class MiniBatchStrategy(Strategy):
         """Spawn this rank's sampler process (``samplers=process``), which runs the sample and
         load stages.  Collective with several ranks: rank 0 holds the rendezvous store of the
         sampler processes' own process group."""
+        from gnnflow.distributed.launch import dist_timeout_s
+        from gnnflow.distributed.network import run_address, start_store
         from gnnflow.distributed.sampler_process import SamplerProcess, SamplerSpec
 
         cls = type(self)
         rank, size = world()
-        addr, port = os.environ.get("MASTER_ADDR", "127.0.0.1"), 0
+        addr, port = run_address(), 0
         if size > 1:
-            if rank == 0:  # the store outlives the samplers' rendezvous; the OS picks its port
-                self._sampler_store = dist.TCPStore("0.0.0.0", 0, size, is_master=True, wait_for_workers=False)
-                port = int(self._sampler_store.port)
-            box = [port]
+            if rank == 0:  # the store outlives the samplers' rendezvous; bound to the run's address only
+                self._sampler_store = start_store(addr, size, dist_timeout_s())
+                port = self._sampler_store.port
+            box = [addr, port]
             dist.broadcast_object_list(box, 0)
-            port = int(box[0])
+            addr, port = str(box[0]), int(box[1])
         spec = SamplerSpec(strategy=f"{cls.__module__}:{cls.__qualname__}", cfg=self.cfg, rank=rank,
                            world_size=size, addr=addr, port=port)
         return SamplerProcess(spec)
@@ -537,3 +538,6 @@ class MiniBatchStrategy(Strategy):
         if self.sampler_proc is not None:
             self.sampler_proc.close()
             self.sampler_proc = None
+        if getattr(self, "_sampler_store", None) is not None:
+            self._sampler_store.close()
+            self._sampler_store = None

@@ -130,6 +130,11 @@ class SplitParallel(MiniBatchStrategy):
     """
 
     name = "split"
+
+    @classmethod
+    def book_parts(cls, cfg: Any) -> int | None:
+        """A split group's ranks share one book: it has ``split_group_size`` parts."""
+        return split_group_size(cfg, cfg.workers) if cfg.partition else None
     distributed = True
 
     # ------------------------------------------------------------------ setup

@@ -1,0 +1,73 @@
+"""Process lifetime: nothing a run starts or creates outlives it.
+
+* :func:`die_with_parent` — a rank (or a rank's sampler process) asks Linux to
+  kill it when its parent exits (``PR_SET_PDEATHSIG``), so a launcher killed
+  with SIGKILL leaves no orphaned ranks training on.
+* :func:`run_shm_dir` — shared-memory files (``/dev/shm``) are made under a
+  name that starts with the run's tag (``GNNFLOW_RUN_TAG``, set by the launcher
+  before it starts the ranks), so :func:`remove_run_shm` can remove every one of
+  them when the run ends, however it ends: a rank killed by a signal cannot
+  clean up after itself, its launcher can.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import glob
+import os
+import shutil
+import signal
+import tempfile
+import uuid
+
+TAG_ENV = "GNNFLOW_RUN_TAG"
+SHM_ROOT = "/dev/shm"
+
+
+def die_with_parent(sig: int = signal.SIGKILL) -> None:
+    """Have Linux send ``sig`` to this process when its parent exits; exit now if it already has."""
+    parent = os.getppid()
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, int(sig))  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # pragma: no cover - not Linux
+        return
+    if os.getppid() != parent:  # the parent died before the request took effect
+        os._exit(1)
+
+
+def new_run_tag() -> str:
+    """A fresh tag for a run's shared-memory names (set it as ``GNNFLOW_RUN_TAG``)."""
+    return f"gnnflow-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+
+
+def run_tag() -> str:
+    """This run's tag: the launcher's (inherited), or one made for this process (and its children)."""
+    tag = os.environ.get(TAG_ENV)
+    if not tag:
+        tag = os.environ[TAG_ENV] = new_run_tag()
+    return tag
+
+
+def run_shm_dir(kind: str) -> str:
+    """A new directory for shared-memory files of ``kind`` in ``/dev/shm`` (a temporary
+    directory where there is none), named after the run's tag."""
+    base = SHM_ROOT if os.path.isdir(SHM_ROOT) else None
+    return tempfile.mkdtemp(prefix=f"{run_tag()}-{kind}-", dir=base)
+
+
+def remove_run_shm(tag: str) -> list[str]:
+    """Remove every ``/dev/shm`` entry of the run tagged ``tag``; return what was removed."""
+    if not tag.startswith("gnnflow-"):
+        raise ValueError(f"not a gnnflow run tag: {tag!r}")
+    removed = []
+    for path in glob.glob(os.path.join(SHM_ROOT, glob.escape(tag) + "-*")):
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            try:
+                os.unlink(path)
+            except OSError:
+                continue
+        removed.append(path)
+    return removed

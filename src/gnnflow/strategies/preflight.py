@@ -1,0 +1,56 @@
+"""Checks before a training run starts any rank or writes anything.
+
+A user's mistake (a book with the wrong number of parts, a book made from
+another graph, a bad strategy option, a path that does not exist) is found
+here, in the launching process, in well under a second, and reported as one
+line; nothing is spawned and no run directory is made.  Ranks repeat the checks
+they depend on (they also run without this driver: verify, benches).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+from gnnflow.config import TrainConfig
+from gnnflow.errors import ConfigError, StoreError
+from gnnflow.strategies.base import RankContext, Strategy
+
+log = logging.getLogger("gnnflow.train")
+
+
+def _read_meta(directory: Path, what: str, make: str) -> dict[str, Any]:
+    meta = directory / "meta.json"
+    if not directory.is_dir():
+        raise StoreError(f"{directory}: no such {what} directory ({make})")
+    try:
+        return json.loads(meta.read_text())
+    except FileNotFoundError:
+        raise StoreError(f"{meta}: missing; {directory} is not a gnnflow {what}") from None
+    except (OSError, ValueError) as exc:
+        raise StoreError(f"{meta}: cannot read ({exc})") from None
+
+
+def check_run(cfg: TrainConfig, cls: type[Strategy]) -> None:
+    """Everything about ``cfg`` that can be checked without ranks (raises a one-line error)."""
+    cores = os.cpu_count() or 1
+    if cfg.workers > cores:
+        log.warning("%d ranks on %d cores: each rank gets %.2f of a core, so the run will be slow "
+                    "(use fewer --workers, or a machine with more cores)", cfg.workers, cores,
+                    cores / cfg.workers)
+    if not cls.distributed and cfg.workers > 1:
+        raise ConfigError(f"strategy {cfg.strategy!r} runs in one process; use --workers 1")
+    # the strategy's constructor checks its options (no data, no process group)
+    cls(TrainConfig.from_dict(cfg.to_dict()), RankContext(world_size=max(1, cfg.workers)))
+    _read_meta(Path(cfg.graph), "graph store", "run `gnnflow prepare` first")
+    want = cls.book_parts(cfg)
+    if cfg.partition and want is not None:
+        meta = _read_meta(Path(cfg.partition), "partition book", "run `gnnflow partition` first")
+        have = int(meta.get("num_parts", -1))
+        if have != want:
+            raise ConfigError(f"{cfg.partition}: {have} parts, but --strategy {cfg.strategy} with "
+                              f"--workers {cfg.workers} needs {want}; partition into {want} parts "
+                              f"(gnnflow partition --parts {want}) or change --workers")
