@@ -194,9 +194,12 @@ def _positions(ids: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
 class SplitSampler:
     """Cooperative sampler of one rank: :func:`sp_sample` with this rank's structure.
 
-    ``rng`` seeds the rank's neighbour draws (ranks draw independently; the union
+    ``seed`` seeds the rank's neighbour draws (ranks draw independently; the union
     of the splits has the distribution of a single-process sample: every vertex
-    of a layer gets its neighbours drawn once, by its owner).
+    of a layer gets its neighbours drawn once, by its owner).  ``rng`` is the
+    generator the draws come from; training points it at one stream per
+    (seed, rank, epoch, batch) before each mini-batch
+    (:func:`gnnflow.distributed.dist_sampler.seed_minibatch_stream`).
     """
 
     def __init__(self, graph: SplitGraph, fanouts: Sequence[int], seed: int = 0, group: Any = None) -> None:
@@ -205,6 +208,14 @@ class SplitSampler:
         self.sampler = NeighborSampler(graph.indptr, graph.indices, self.fanouts, seed=seed)
         self.node_part = as_long_tensor(graph.node_part)
         self.group = group
+
+    @property
+    def rng(self) -> np.random.Generator:
+        return self.sampler.rng
+
+    @rng.setter
+    def rng(self, rng: np.random.Generator) -> None:
+        self.sampler.rng = rng
 
     def owner(self, ids: torch.Tensor) -> torch.Tensor:
         return self.node_part[ids]
