@@ -103,9 +103,15 @@ def test_stop_and_resume_equals_uninterrupted(graph_book, tmp_path, strategy):
     run_training(config(graph, book, strategy, parted, options={"stop_after_epoch": 0}))
     assert [json.loads(r)["epoch"] for r in (parted / "records.jsonl").read_text().splitlines()] == \
         [0] * STRATEGIES[strategy][0]
+    if strategy == "hec":  # a crash after epoch 1's trace rows, before its checkpoint, leaves them behind
+        for rank in range(2):
+            trace = parted / f"hec_trace_rank{rank}.jsonl"
+            row = json.loads(trace.read_text().splitlines()[-1])
+            with open(trace, "a") as fh:
+                fh.write(json.dumps({**row, "epoch": 1}) + "\n" + '{"epoch": 1, "itera')
     run_training(config(graph, book, strategy, parted, resume=True))
     assert_same_run(whole, parted)
-    if strategy == "hec":  # the trace of the stopped run's epochs is not repeated after resuming
+    if strategy == "hec":  # the resumed trace has no row twice
         for rank in range(2):
             trace = (whole / f"hec_trace_rank{rank}.jsonl").read_text()
             assert (parted / f"hec_trace_rank{rank}.jsonl").read_text() == trace
@@ -182,3 +188,15 @@ def test_records_comparison_sees_a_changed_loss(tmp_path):
     assert records(tmp_path / "a") == records(tmp_path / "b")
     (tmp_path / "b" / "records.jsonl").write_text(json.dumps({**row, "loss": float(np.nextafter(1.0, 2))}) + "\n")
     assert records(tmp_path / "a") != records(tmp_path / "b")
+
+
+def test_dgcl_resume_with_another_plan_is_refused(graph_book, tmp_path):
+    """DGCL re-plans on resume (plans are a pure function of book, graph, topology, planner and
+    seed); the checkpoint's plan digest catches a run resumed with different inputs."""
+    from gnnflow.errors import GnnflowError
+
+    graph, book = graph_book
+    run = tmp_path / "run"
+    run_training(config(graph, book, "dgcl", run, epochs=2, options={"stop_after_epoch": 0}))
+    with pytest.raises(GnnflowError, match="communication plan differs"):
+        run_training(config(graph, book, "dgcl", run, epochs=2, resume=True, options={"planner": "swap"}))
