@@ -134,6 +134,22 @@ def make_sampler(part: Any, node_part: np.ndarray, fanouts: Sequence[int], seed:
     return NeighborSampler(np.array(store.indptr), np.array(store.indices), fanouts, seed=seed * 1000 + rank)
 
 
+class InnerStream:
+    """For a sampler that draws through an inner :class:`~gnnflow.sampling.NeighborSampler`
+    (``self.sampler``: split parallelism's, HEC's local one): its ``rng`` is the inner one's,
+    so :func:`seed_minibatch_stream` serves it like any other sampler."""
+
+    sampler: NeighborSampler
+
+    @property
+    def rng(self) -> np.random.Generator:
+        return self.sampler.rng
+
+    @rng.setter
+    def rng(self, rng: np.random.Generator) -> None:
+        self.sampler.rng = rng
+
+
 def seed_minibatch_stream(sampler: Any, mb: MiniBatch, seed: int) -> None:
     """Point ``sampler.rng`` at the stream of (seed, rank, epoch, batch) before it samples ``mb``.
 

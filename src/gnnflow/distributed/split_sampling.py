@@ -33,6 +33,7 @@ import numpy as np
 import torch
 
 from gnnflow.distributed.comm import CommStats, alltoallv
+from gnnflow.distributed.dist_sampler import InnerStream
 from gnnflow.errors import ConfigError
 from gnnflow.sampling import Block, NeighborSampler, as_long_tensor
 
@@ -191,7 +192,7 @@ def _positions(ids: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
     return order[at]
 
 
-class SplitSampler:
+class SplitSampler(InnerStream):
     """Cooperative sampler of one rank: :func:`sp_sample` with this rank's structure.
 
     ``seed`` seeds the rank's neighbour draws (ranks draw independently; the union
@@ -208,14 +209,6 @@ class SplitSampler:
         self.sampler = NeighborSampler(graph.indptr, graph.indices, self.fanouts, seed=seed)
         self.node_part = as_long_tensor(graph.node_part)
         self.group = group
-
-    @property
-    def rng(self) -> np.random.Generator:
-        return self.sampler.rng
-
-    @rng.setter
-    def rng(self, rng: np.random.Generator) -> None:
-        self.sampler.rng = rng
 
     def owner(self, ids: torch.Tensor) -> torch.Tensor:
         return self.node_part[ids]

@@ -67,7 +67,7 @@ import torch.nn.functional as F
 
 from gnnflow.distributed.aep import EmbeddingPush, build_db_halo, exchange_halo_ids
 from gnnflow.distributed.comm import world
-from gnnflow.distributed.dist_sampler import seed_minibatch_stream
+from gnnflow.distributed.dist_sampler import InnerStream, seed_minibatch_stream
 from gnnflow.distributed.hec import EmbeddingCache
 from gnnflow.distributed.pipeline import MiniBatch
 from gnnflow.errors import ConfigError
@@ -105,7 +105,7 @@ def drop_sources(block: Block, keep: torch.Tensor) -> Block:
                  src_deg=block.src_deg[keep] if block.src_deg is not None else None, dst_deg=block.dst_deg)
 
 
-class LocalHaloSampler:
+class LocalHaloSampler(InnerStream):
     """§3.3 local sampling over a part's solid + halo graph; halo vertices are leaves.
 
     Ids are the part's local ids (solid ``0..n_inner-1``, halo after).  Returns
@@ -121,14 +121,6 @@ class LocalHaloSampler:
         self.sampler = NeighborSampler(ext, np.asarray(indices, dtype=np.int64), fanouts, seed)
         self.fanouts = list(fanouts)
         self.num_inner = int(num_inner)
-
-    @property
-    def rng(self) -> np.random.Generator:
-        return self.sampler.rng
-
-    @rng.setter
-    def rng(self, rng: np.random.Generator) -> None:
-        self.sampler.rng = rng
 
     def sample_blocks(self, targets_local: torch.Tensor) -> tuple[list[Block], list[int]]:
         frontier = targets_local
