@@ -169,8 +169,9 @@ def sample_minibatch(sampler: DistNeighborSampler | NeighborSampler, mb: MiniBat
     The sampler draws from one stream per (seed, rank, epoch, batch)
     (:func:`seed_minibatch_stream`), so a resumed run, or a sampler process
     (:mod:`gnnflow.distributed.sampler_process`), samples exactly what the
-    uninterrupted in-process stage would, however far ahead the pipeline runs.  Records ``sampled_edges``, ``input_vertices`` and
-    the bytes the sampler's exchanges moved (``stats``) in ``mb.counters``.
+    uninterrupted in-process stage would, however far ahead the pipeline runs.
+    Records ``sampled_edges``, ``input_vertices`` and the bytes the sampler's
+    exchanges moved (``stats``) in ``mb.counters``.
     """
     before = stats_totals(stats)
     seed_minibatch_stream(sampler, mb, seed)
