@@ -180,3 +180,44 @@ def test_random_operation_sequences_match_reference(seed, capacity, life_span):
             _same(c, ref)
         probe = torch.randint(0, 500, (20,), generator=g)
         assert (c.search(probe) >= 0).tolist() == ref.search(probe)
+
+
+def _random_ops(cache: EmbeddingCache, universe: torch.Tensor, g: torch.Generator, steps: range,
+               most: int = 12) -> list:
+    """Advance/store (up to ``most`` rows)/search ``cache`` for ``steps``; the searches' lines and rows."""
+    seen = []
+    for now in steps:
+        cache.advance(now)
+        n = int(torch.randint(0, most, (1,), generator=g))
+        cache.store(universe[torch.randint(0, universe.numel(), (n,), generator=g)], torch.randn(n, 3, generator=g))
+        lines = cache.search(universe)
+        seen.append((lines.clone(), cache.load(lines[lines >= 0]).clone()))
+    return seen
+
+
+def test_state_dict_round_trip_continues_exactly(tmp_path):
+    """A cache restored from its (weights_only) state dict behaves as the original from then on:
+    the same hits, the same line numbers (so later stores fill the same free lines), the same rows,
+    the same OCF evictions once larger stores fill it."""
+    g = torch.Generator().manual_seed(0)
+    universe = torch.unique(torch.randint(0, 500, (40,), generator=g))
+    cache = EmbeddingCache(24, 4, dim=3, tag_universe=universe)
+    _random_ops(cache, universe, g, range(13))
+    lines = cache.state_dict()["lines"]
+    assert 0 < lines.numel() < int(lines.max()) + 1  # free lines between occupied ones
+    torch.save(cache.state_dict(), tmp_path / "hec.pt")
+    restored = EmbeddingCache(24, 4, dim=3, tag_universe=universe)
+    restored.load_state_dict(torch.load(tmp_path / "hec.pt", weights_only=True))
+    g1, g2 = torch.Generator().manual_seed(1), torch.Generator().manual_seed(1)
+    for (la, ra), (lb, rb) in zip(_random_ops(cache, universe, g1, range(13, 30), most=30),
+                                  _random_ops(restored, universe, g2, range(13, 30), most=30), strict=True):
+        assert torch.equal(la, lb) and torch.equal(ra, rb)
+    assert cache.stats.evicted > 0
+
+
+def test_state_dict_of_another_capacity_is_refused():
+    from gnnflow.errors import ConfigError
+
+    state = EmbeddingCache(10, 2, dim=3, tag_universe=50).state_dict()
+    with pytest.raises(ConfigError, match="capacity 10 != this run's 12"):
+        EmbeddingCache(12, 2, dim=3, tag_universe=50).load_state_dict(state)

@@ -28,6 +28,9 @@ runs on across epochs.
 Embeddings travel as constants (detached): the paper sends no gradients back
 through historical embeddings.
 
+Between epochs the state is the clock, the generator of the ``nc`` sample and
+the caches (:meth:`EmbeddingPush.state_dict`, what a checkpoint holds).
+
 Transport: one blocking exchange of the per-peer row counts (P int64, needed
 to size the receive buffer) and one ``all_to_all_single(..., async_op=True)``
 of the rows (works on gloo and NCCL).  Each row is the embedding followed by
@@ -40,12 +43,14 @@ from __future__ import annotations
 import time
 from collections import deque
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.distributed as dist
 
 from gnnflow.distributed.comm import CommStats, PendingAllToAll, start_alltoallv, world
 from gnnflow.distributed.hec import EmbeddingCache
+from gnnflow.errors import ConfigError
 
 
 def _tag_columns(dtype: torch.dtype) -> int:
@@ -229,6 +234,25 @@ class EmbeddingPush:
             st.received += int(tags.numel())
             st.bytes_received += int(rows.numel() * rows.element_size())
         self.arrivals.append(Arrival(layer, sent_iter, self.iteration, int(rows.shape[0])))
+
+    # ---- checkpoint ------------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """What the next epoch depends on, between epochs: the caches' clock, the ``nc``
+        sample's generator and every layer's cache.  Nothing is in flight then (Algorithm 2
+        drains the pushes at each epoch end), so no pending push needs saving."""
+        if any(self._pending):
+            raise RuntimeError("AEP: a checkpoint between epochs only; pushes are still in flight")
+        return {"clock": self.clock, "generator": self.generator.get_state(),
+                "caches": [c.state_dict() for c in self.caches]}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if len(state["caches"]) != len(self.caches):
+            raise ConfigError(f"HEC checkpoint: {len(state['caches'])} layer caches, this run has "
+                              f"{len(self.caches)}; resume with the same --layers")
+        self.clock = int(state["clock"])
+        self.generator.set_state(state["generator"])
+        for cache, cs in zip(self.caches, state["caches"], strict=True):
+            cache.load_state_dict(cs)
 
     def reset_stats(self) -> None:
         for s in self.stats:

@@ -134,19 +134,47 @@ def make_sampler(part: Any, node_part: np.ndarray, fanouts: Sequence[int], seed:
     return NeighborSampler(np.array(store.indptr), np.array(store.indices), fanouts, seed=seed * 1000 + rank)
 
 
+class InnerStream:
+    """For a sampler that draws through an inner :class:`~gnnflow.sampling.NeighborSampler`
+    (``self.sampler``: split parallelism's, HEC's local one): its ``rng`` is the inner one's,
+    so :func:`seed_minibatch_stream` serves it like any other sampler."""
+
+    sampler: NeighborSampler
+
+    @property
+    def rng(self) -> np.random.Generator:
+        return self.sampler.rng
+
+    @rng.setter
+    def rng(self, rng: np.random.Generator) -> None:
+        self.sampler.rng = rng
+
+
+def seed_minibatch_stream(sampler: Any, mb: MiniBatch, seed: int) -> None:
+    """Point ``sampler.rng`` at the stream of (seed, rank, epoch, batch) before it samples ``mb``.
+
+    Every mini-batch sampler (data-parallel, split-parallel, HEC's local one)
+    calls this, so what a batch draws depends on nothing that came before it:
+    a resumed run, a pipeline running ahead across epochs or a sampler process
+    draws exactly what the uninterrupted in-process run draws, and no sampler
+    stream needs checkpointing.
+    """
+    sampler.rng = np.random.default_rng([seed, world()[0], mb.epoch, mb.index])
+
+
 def sample_minibatch(sampler: DistNeighborSampler | NeighborSampler, mb: MiniBatch, seed: int,
                      stats: CommStats | None) -> MiniBatch:
     """The sample stage of the mini-batch strategies: ``mb.blocks`` for ``mb.targets``.
 
-    The sampler draws from one stream per (seed, rank, epoch, batch), so a
-    resumed run, or a sampler process (:mod:`gnnflow.distributed.sampler_process`),
-    samples exactly what the uninterrupted in-process stage would, however far
-    ahead the pipeline runs.  Records ``sampled_edges``, ``input_vertices`` and
-    the bytes the sampler's exchanges moved (``stats``) in ``mb.counters``.
+    The sampler draws from one stream per (seed, rank, epoch, batch)
+    (:func:`seed_minibatch_stream`), so a resumed run, or a sampler process
+    (:mod:`gnnflow.distributed.sampler_process`), samples exactly what the
+    uninterrupted in-process stage would, however far ahead the pipeline runs.
+    Records ``sampled_edges``, ``input_vertices`` and the bytes the sampler's
+    exchanges moved (``stats``) in ``mb.counters``.
     """
     before = stats_totals(stats)
-    if hasattr(sampler, "rng"):
-        sampler.rng = np.random.default_rng([seed, world()[0], mb.epoch, mb.index])
+    seed_minibatch_stream(sampler, mb, seed)
     mb.blocks = sampler.sample_blocks(mb.targets)
     mb.counters["sampled_edges"] = float(sum(b.num_edges for b in mb.blocks))
     mb.counters["input_vertices"] = float(mb.blocks[0].num_src)

@@ -34,13 +34,21 @@ Tags live in a *tag universe*: either ``range(n)`` or a sorted tensor of
 allowed ids (a rank's halo ids: the only vertices its peers ever push to it).
 A dense ``slot -> line`` map over the universe makes search O(1) per tag
 without a hash table.
+
+:meth:`EmbeddingCache.state_dict` holds the occupied lines with their ages and
+store order, so a resumed run continues with the very cache an uninterrupted
+run has (DistGNN-MB does not discuss checkpointing; a cold cache after resume
+would change every later hit, drop and loss).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
+from typing import Any
 
 import torch
+
+from gnnflow.errors import ConfigError
 
 
 @dataclass
@@ -231,6 +239,39 @@ class EmbeddingCache:
         self.line_slot[target] = slot
         self.slot_line[slot] = target
         self.stats.stored += int(target.numel())
+
+    # ---- checkpoint ----------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """Everything later searches and stores depend on: the occupied lines (line number, tag
+        slot, ``stored_at``, store order, row; expired lines included) and the clock and store
+        counter.  Free lines' contents are never read, so they are not kept: the state grows with
+        the lines in use, not with ``cs``.  Tensors and ints only (``weights_only`` loadable)."""
+        lines = (self.line_slot >= 0).nonzero().flatten()
+        return {"capacity": self.capacity, "dim": self.dim, "universe_size": self.universe_size,
+                "now": self.now, "counter": self._counter, "lines": lines.cpu(),
+                "slots": self.line_slot[lines].cpu(), "stored_at": self.stored_at[lines].cpu(),
+                "order": self.order[lines].cpu(), "data": self.data[lines].cpu()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict` exactly (same lines, so later stores pick the same free lines)."""
+        for key, mine in (("capacity", self.capacity), ("dim", self.dim), ("universe_size", self.universe_size)):
+            if int(state[key]) != mine:
+                raise ConfigError(f"HEC checkpoint: {key} {int(state[key])} != this run's {mine}; "
+                                  "resume with the options (cs) and partition of the checkpointed run")
+        dev = self.device
+        lines, slots = state["lines"].to(dev), state["slots"].to(dev)
+        self.line_slot.fill_(-1)
+        self.slot_line.fill_(-1)
+        self.stored_at.zero_()
+        self.order.zero_()
+        self.data.zero_()
+        self.line_slot[lines] = slots
+        self.slot_line[slots] = lines
+        self.stored_at[lines] = state["stored_at"].to(dev)
+        self.order[lines] = state["order"].to(dev)
+        self.data[lines] = state["data"].to(device=dev, dtype=self.data.dtype)
+        self.now = int(state["now"])
+        self._counter = int(state["counter"])
 
     # ---- inspection --------------------------------------------------------------------------
     def resident(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -33,6 +33,7 @@ import numpy as np
 import torch
 
 from gnnflow.distributed.comm import CommStats, alltoallv
+from gnnflow.distributed.dist_sampler import InnerStream
 from gnnflow.errors import ConfigError
 from gnnflow.sampling import Block, NeighborSampler, as_long_tensor
 
@@ -191,12 +192,15 @@ def _positions(ids: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
     return order[at]
 
 
-class SplitSampler:
+class SplitSampler(InnerStream):
     """Cooperative sampler of one rank: :func:`sp_sample` with this rank's structure.
 
-    ``rng`` seeds the rank's neighbour draws (ranks draw independently; the union
+    ``seed`` seeds the rank's neighbour draws (ranks draw independently; the union
     of the splits has the distribution of a single-process sample: every vertex
-    of a layer gets its neighbours drawn once, by its owner).
+    of a layer gets its neighbours drawn once, by its owner).  ``rng`` is the
+    generator the draws come from; training points it at one stream per
+    (seed, rank, epoch, batch) before each mini-batch
+    (:func:`gnnflow.distributed.dist_sampler.seed_minibatch_stream`).
     """
 
     def __init__(self, graph: SplitGraph, fanouts: Sequence[int], seed: int = 0, group: Any = None) -> None:

@@ -14,12 +14,14 @@ from __future__ import annotations
 import json
 import random
 from collections.abc import Iterator, Mapping
+from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
 import torch
 
 from gnnflow.config import TrainConfig
+from gnnflow.io import atomic_file
 from gnnflow.nn.model import GNN
 from gnnflow.sampling import Block, NeighborSampler, as_long_tensor
 
@@ -91,6 +93,27 @@ def numpy_rng_state(rng: np.random.Generator) -> str:
 
 def set_numpy_rng_state(rng: np.random.Generator, state: str) -> None:
     rng.bit_generator.state = json.loads(state)
+
+
+def drop_rows_after_epoch(path: Path, last_epoch: int) -> None:
+    """Rewrite the JSON-lines file ``path`` keeping the rows with ``epoch <= last_epoch``.
+
+    What a resume does to a run's per-epoch files: rows of epochs after the
+    checkpoint (and a line cut short by the crash) were written by the run that
+    died and will be written again.  No file, nothing to do.
+    """
+    if not path.exists():
+        return
+    keep = []
+    for line in path.read_text().splitlines():
+        try:
+            row = json.loads(line)
+        except ValueError:  # a line cut short by the crash
+            continue
+        if row["epoch"] <= last_epoch:
+            keep.append(line)
+    with atomic_file(path) as tmp:
+        tmp.write_text("".join(line + "\n" for line in keep))
 
 
 def feature_rows(features: np.ndarray, ids: torch.Tensor) -> torch.Tensor:

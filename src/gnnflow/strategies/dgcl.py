@@ -21,10 +21,20 @@ Options (``--opt key=value``):
 The plan is made once on rank 0 from ``node_part`` and the graph store's CSR
 (offline planning, §4.1) and scattered; global degrees travel with it so the
 GCN normalisation is the whole graph's.
+
+Checkpoints: a plan is a pure function of the partition book, the graph, the
+topology, the planner and the seed (SPST and p2p shuffle their units with a
+generator seeded by ``cfg.seed``; nothing depends on timing), so a resumed run
+re-plans instead of storing the tables.  The state dict carries the plan's
+digest (:func:`plan_digest`), and resuming with a plan that differs (another
+book, topology or planner) is a one-line error: a different route sums halo
+gradients in another order, so the run would not continue bit-exactly.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import time
 from typing import Any
 
@@ -51,6 +61,36 @@ from gnnflow.strategies.fullbatch_base import (
 )
 
 PLANNERS = ("spst", "p2p", "swap", "replication")
+# where a plan's table names things of this run only (its shared-memory folder)
+_UNPLANNED_FIELDS = ("shm_dir",)
+
+
+def plan_digest(*parts: Any) -> str:
+    """sha256 of what a rank runs on: plan tables and blocks (nested dataclasses, lists,
+    numpy arrays, tensors, numbers); derived caches and run-local paths are left out."""
+    h = hashlib.sha256()
+
+    def feed(x: Any) -> None:
+        if isinstance(x, torch.Tensor):
+            x = x.detach().cpu().numpy()
+        if isinstance(x, np.ndarray):
+            h.update(f"{x.dtype}{x.shape}".encode())
+            h.update(np.ascontiguousarray(x).tobytes())
+        elif dataclasses.is_dataclass(x) and not isinstance(x, type):
+            for f in dataclasses.fields(x):
+                if f.compare and f.name not in _UNPLANNED_FIELDS:
+                    h.update(f.name.encode())
+                    feed(getattr(x, f.name))
+        elif isinstance(x, list | tuple):
+            h.update(b"[")
+            for y in x:
+                feed(y)
+            h.update(b"]")
+        else:
+            h.update(repr(x).encode())
+
+    feed(list(parts))
+    return h.hexdigest()
 
 
 def _rank_payloads(cfg: TrainConfig, world_size: int, planner: str) -> list[dict[str, Any]]:
@@ -104,6 +144,7 @@ class PlannedHalo(FullBatchBase):
         self.features: torch.Tensor | None = None
         self.inner_ids: np.ndarray | None = None
         self.plan_s = 0.0
+        self.digest = ""
 
     # ----- data ---------------------------------------------------------------------------------
     def prepare(self) -> None:
@@ -156,6 +197,18 @@ class PlannedHalo(FullBatchBase):
                                  self.cfg.hidden, num_classes, self.cfg.num_layers, self.cfg.dropout,
                                  self.cfg.heads).to(dev)
         self.optimizer = self.build_optimizer()
+        self.digest = plan_digest(self.planner, self.table, self.blocks)
+
+    def state_dict(self) -> dict[str, Any]:
+        """Model and optimizer, and the digest of the plan this rank ran (see module docstring)."""
+        return {**super().state_dict(), "plan_digest": self.digest}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if state.get("plan_digest") != self.digest:
+            raise ConfigError(f"{self.cfg.partition}: rank {self.ctx.rank}'s communication plan differs from the "
+                              "checkpointed run's (another partition book, topology or planner); resume with "
+                              "the inputs and options of the checkpointed run")
+        super().load_state_dict(state)
 
     @staticmethod
     def _num_classes(book: Any) -> int:

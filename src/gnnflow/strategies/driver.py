@@ -44,6 +44,7 @@ from gnnflow.errors import ConfigError
 from gnnflow.io import atomic_file, provenance, save_tensors, write_json
 from gnnflow.results.schema import EpochRecord, Recorder, write_records
 from gnnflow.strategies.base import RankContext, Strategy, strategy_class
+from gnnflow.strategies.common import drop_rows_after_epoch
 
 log = logging.getLogger("gnnflow.train")
 
@@ -105,22 +106,6 @@ def _gather(obj: Any, ctx: RankContext) -> list[Any] | None:
     return out
 
 
-def _truncate_records(run_dir: Path, last_epoch: int) -> None:
-    path = run_dir / "records.jsonl"
-    if not path.exists():
-        return
-    keep = []
-    for line in path.read_text().splitlines():
-        try:
-            row = json.loads(line)
-        except ValueError:  # a line cut short by the crash
-            continue
-        if row["epoch"] <= last_epoch:
-            keep.append(line)
-    with atomic_file(path) as tmp:
-        tmp.write_text("".join(line + "\n" for line in keep))
-
-
 def _rank_main(ctx: RankContext, cfg_dict: dict[str, Any]) -> list[EpochRecord]:
     """One rank's training loop; returns (on rank 0) every rank's records."""
     cfg = TrainConfig.from_dict(cfg_dict)
@@ -148,7 +133,7 @@ def _train(strategy: Strategy, cfg: TrainConfig, ctx: RankContext) -> list[Epoch
         _set_global_rng_state(ckpt["rng"][ctx.rank])
         start = int(ckpt["epoch"]) + 1
         if ctx.rank == 0:
-            _truncate_records(run_dir, start - 1)
+            drop_rows_after_epoch(run_dir / "records.jsonl", start - 1)
             log.info("resuming %s from epoch %d", run_dir, start)
     stop_after = cfg.options.get("stop_after_epoch")
     run_id, dataset = run_id_for(cfg), dataset_name(cfg.graph)

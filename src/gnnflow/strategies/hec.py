@@ -57,6 +57,8 @@ mini-batch base), so accuracies compare with single-process training.
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -65,12 +67,14 @@ import torch.nn.functional as F
 
 from gnnflow.distributed.aep import EmbeddingPush, build_db_halo, exchange_halo_ids
 from gnnflow.distributed.comm import world
+from gnnflow.distributed.dist_sampler import InnerStream, seed_minibatch_stream
 from gnnflow.distributed.hec import EmbeddingCache
 from gnnflow.distributed.pipeline import MiniBatch
 from gnnflow.errors import ConfigError
 from gnnflow.results.schema import Recorder
 from gnnflow.sampling import Block, NeighborSampler
 from gnnflow.strategies.base import RankContext
+from gnnflow.strategies.common import drop_rows_after_epoch
 from gnnflow.strategies.minibatch import MiniBatchStrategy, _bool
 
 #: DistGNN-MB §4.4: cs = 1M lines per layer for OGBN-Products (2,449,029 vertices).
@@ -101,7 +105,7 @@ def drop_sources(block: Block, keep: torch.Tensor) -> Block:
                  src_deg=block.src_deg[keep] if block.src_deg is not None else None, dst_deg=block.dst_deg)
 
 
-class LocalHaloSampler:
+class LocalHaloSampler(InnerStream):
     """§3.3 local sampling over a part's solid + halo graph; halo vertices are leaves.
 
     Ids are the part's local ids (solid ``0..n_inner-1``, halo after).  Returns
@@ -169,6 +173,7 @@ class HistoricalEmbeddingCache(MiniBatchStrategy):
         self.use_pipeline = _bool(opts.get("pipeline", False))
         self.trace = _bool(opts.get("trace", False))
         self.iteration_log: list[dict[str, Any]] = []
+        self.last_epoch = -1  # the last epoch trained (what a checkpoint after it holds)
 
     # ---------------------------------------------------------------- preparation
     def prepare(self) -> None:
@@ -214,6 +219,7 @@ class HistoricalEmbeddingCache(MiniBatchStrategy):
 
     # ---------------------------------------------------------------- pipeline stages
     def sample_stage(self, mb: MiniBatch) -> MiniBatch:
+        seed_minibatch_stream(self.sampler, mb, self.cfg.seed)
         targets_local = torch.from_numpy(self.part.global_to_local(mb.targets.numpy()))
         blocks, solid = self.sampler.sample_blocks(targets_local)
         mb.blocks = blocks
@@ -287,17 +293,37 @@ class HistoricalEmbeddingCache(MiniBatchStrategy):
         self.iteration_log = []
         loss = super().run_epoch(epoch, rec)
         self.aep.end_epoch()
+        self.last_epoch = epoch
         self._record(rec)
         if self.trace and self.cfg.run_dir is not None:
             self._write_trace()
         return loss
 
+    # ---------------------------------------------------------------- checkpoint
+    def state_dict(self) -> dict[str, Any]:
+        """Model and optimizer, plus every layer's cache (resident lines, ages, store order),
+        the caches' clock and the AEP sample's generator (:meth:`EmbeddingPush.state_dict`)."""
+        return {**super().state_dict(), "hec": {**self.aep.state_dict(), "epoch": self.last_epoch}}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        self.aep.load_state_dict(state["hec"])
+        self.last_epoch = int(state["hec"]["epoch"])
+        if self.trace and self.cfg.run_dir is not None:
+            self._truncate_trace(self.last_epoch)
+
+    def _trace_path(self) -> Path:
+        assert self.cfg.run_dir is not None
+        return Path(self.cfg.run_dir) / f"hec_trace_rank{world()[0]}.jsonl"
+
+    def _truncate_trace(self, last_epoch: int) -> None:
+        """Drop trace rows of epochs after the checkpoint (written before the run died), as the
+        driver drops their records, so the resumed trace equals an uninterrupted run's."""
+        drop_rows_after_epoch(self._trace_path(), last_epoch)
+
     def _write_trace(self) -> None:
         """Append this epoch's per-iteration, per-layer figures to ``<run>/hec_trace_rank<r>.jsonl``."""
-        import json
-
-        rank, _ = world()
-        path = self.cfg.run_dir / f"hec_trace_rank{rank}.jsonl"  # type: ignore[operator]
+        path = self._trace_path()
         path.parent.mkdir(parents=True, exist_ok=True)
         with open(path, "a") as fh:
             for row in self.iteration_log:

@@ -7,7 +7,9 @@ one micro-batch per rank:
    identically on every rank; each target goes to the rank owning it in the
    offline partition (online splitting is a lookup, GSplit §4);
 2. :func:`~gnnflow.distributed.split_sampling.sp_sample` (Algorithm 1) samples the
-   mini-batch cooperatively, layer by layer, and builds the shuffle index;
+   mini-batch cooperatively, layer by layer, and builds the shuffle index; each
+   rank draws from the stream of (seed, rank, epoch, batch), as every mini-batch
+   sampler here does, so a resumed run samples what an uninterrupted one does;
 3. each rank loads input features only for the vertices of its own split
    (features partitioned by the same map: no feature is loaded twice);
 4. :func:`sp_forward` (Algorithm 2): at each layer one all-to-all sends the
@@ -45,6 +47,7 @@ from gnnflow.distributed.comm import (
     alltoallv,
     world,
 )
+from gnnflow.distributed.dist_sampler import seed_minibatch_stream
 from gnnflow.distributed.pipeline import MiniBatch, add_stats_delta, stage_groups, stats_totals
 from gnnflow.distributed.split_sampling import SplitGraph, SplitSample, SplitSampler, sp_sample
 from gnnflow.errors import ConfigError
@@ -188,8 +191,8 @@ class SplitParallel(MiniBatchStrategy):
         self.sample_stats = CommStats(k)
         self.shuffle_stats = CommStats(k)
         self.load_stats = None
-        self.sampler = SplitSampler(self.graph, cfg.fanouts, seed=cfg.seed * 100_003 + rank,
-                                    group=self.groups["sample"])
+        # its stream is set per mini-batch (sample_stage): nothing to checkpoint
+        self.sampler = SplitSampler(self.graph, cfg.fanouts, group=self.groups["sample"])
         self.feature_store = None
         self.split_counts: list[tuple[list[int], list[int]]] = []
         self.build_model()
@@ -213,6 +216,7 @@ class SplitParallel(MiniBatchStrategy):
         from gnnflow.partition.metrics import split_metrics
 
         before = stats_totals(self.sample_stats)
+        seed_minibatch_stream(self.sampler, mb, self.cfg.seed)
         sample = sp_sample(self.sampler, mb.targets, self.sample_stats)
         mb.blocks = sample.blocks
         mb.meta["split"] = sample
