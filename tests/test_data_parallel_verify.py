@@ -1,4 +1,5 @@
-"""Acceptance 1 of issue 5: one 4-rank data-parallel step == one single-process step on the union."""
+"""One P-rank data-parallel step == one single-process step on the union (issue 5, acceptance 1),
+with real fanouts: partition-invariant draws make the samples equal (issue 18, acceptance 3)."""
 
 from __future__ import annotations
 
@@ -24,6 +25,21 @@ def test_check_fails_when_a_rank_gradient_is_dropped_or_double_counted(tamper, t
     res = verify(4, model="sage", seed=0, tamper=tamper, workdir=str(tmp_path))
     assert not res["passed"]
     assert res["max_abs_diff"]["grads"] > 1e-3
+
+
+@pytest.mark.parametrize("workers,fanouts", [(2, [10, 10]), (2, [15, 10, 5]),
+                                             pytest.param(4, [10, 10], marks=pytest.mark.slow),
+                                             pytest.param(4, [15, 10, 5], marks=pytest.mark.slow)])
+def test_sampled_step_matches_single_process(workers, fanouts, tmp_path):
+    res = verify(workers, model="sage", seed=3, fanouts=fanouts, workdir=str(tmp_path))
+    assert res["passed"], res["max_abs_diff"]
+    assert all(res["max_rel_diff"][k] <= 1e-5 for k in ("loss", "logits")), res["max_rel_diff"]
+
+
+def test_check_fails_when_one_rank_samples_from_another_stream(tmp_path):
+    res = verify(2, model="sage", seed=3, fanouts=[10, 10], perturb_sampler=True, workdir=str(tmp_path))
+    assert not res["passed"]
+    assert res["max_abs_diff"]["logits"] > 1e-3
 
 
 def test_verify_cli_two_ranks(capsys, tmp_path, monkeypatch):

@@ -38,7 +38,8 @@ def test_drop_sources_matches_a_loop():
 
 def test_local_sampler_keeps_halos_as_leaves(tiny_book):
     part = tiny_book.load_part(0)
-    sampler = LocalHaloSampler(part.indptr, part.indices, part.num_inner, part.num_halo, [3, 4, 5], seed=0)
+    sampler = LocalHaloSampler(part.indptr, part.indices, part.num_inner, part.num_halo, [3, 4, 5], seed=0,
+                               local_to_global=part.local_to_global)
     targets = torch.from_numpy(part.global_to_local(part.train_idx[:16]))
     blocks, solid = sampler.sample_blocks(targets)
     assert len(blocks) == 3 and torch.equal(blocks[-1].dst_ids, targets)

@@ -22,7 +22,7 @@ DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 def _sampled_block(fanout: int = 5, seed: int = 0) -> Block:
     a = random_store_arrays(num_nodes=600, avg_degree=10, seed=seed)
     sampler = NeighborSampler(a["indptr"], a["indices"], [fanout], seed=seed)
-    block, _ = sampler.sample_layer(torch.arange(0, 600, 3), fanout)
+    block, _ = sampler.sample_layer(torch.arange(0, 600, 3), fanout, 0)
     return block
 
 

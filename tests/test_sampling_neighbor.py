@@ -1,4 +1,5 @@
-"""Layer-wise neighbour sampler: fanout, no duplicates, seeding, full mode, uniformity."""
+"""Layer-wise neighbour sampler: fanout, no duplicates, seeding, full mode, uniformity,
+partition-invariant draws (a function of seed, epoch, batch, layer and vertex only)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from conftest import random_store_arrays
 from scipy import stats
 
 from gnnflow.errors import ConfigError
-from gnnflow.sampling import Block, NeighborSampler, csr_sample_neighbors
+from gnnflow.sampling import Block, DrawKey, NeighborSampler, csr_sample_neighbors
 from gnnflow.sampling.neighbor import Relabeler
 
 
@@ -52,7 +53,7 @@ def test_sample_layer_fanout_and_validity(graph, fanout):
     indptr, indices = graph
     sampler = NeighborSampler(indptr, indices, [fanout], seed=1)
     targets = torch.tensor([0, 5, 17, 3, 399, 200])
-    block, frontier = sampler.sample_layer(targets, fanout)
+    block, frontier = sampler.sample_layer(targets, fanout, 0)
     assert torch.equal(block.dst_ids, targets)
     assert torch.equal(frontier, block.src_ids)
     _check_block(block, indptr, indices, fanout)
@@ -94,8 +95,9 @@ def test_neighbour_frequencies_uniform():
     deg, fanout, trials = 12, 4, 6000
     indptr = np.array([0, deg] + [deg] * deg, dtype=np.int64)
     indices = np.arange(1, deg + 1, dtype=np.int64)
-    seeds = np.zeros(trials, dtype=np.int64)  # repeated seed rows are independent draws
-    dst_pos, src = csr_sample_neighbors(indptr, indices, seeds, fanout, np.random.default_rng(5))
+    rows = np.zeros(trials, dtype=np.int64)
+    # the same row under different vertex ids: independent keyed draws
+    dst_pos, src = csr_sample_neighbors(indptr, indices, rows, fanout, DrawKey(5), vertex_ids=np.arange(trials))
     assert src.numel() == trials * fanout
     assert torch.equal(torch.bincount(dst_pos), torch.full((trials,), fanout))
     per_row = src.view(trials, fanout)
@@ -115,7 +117,7 @@ def test_neighbour_frequencies_uniform():
 def test_csr_sample_neighbors_full(graph):
     indptr, indices = graph
     seeds = torch.tensor([4, 9, 9])
-    dst_pos, src = csr_sample_neighbors(torch.from_numpy(indptr), torch.from_numpy(indices), seeds, -1)
+    dst_pos, src = csr_sample_neighbors(torch.from_numpy(indptr), torch.from_numpy(indices), seeds, -1, DrawKey(0))
     for i, v in enumerate(seeds.tolist()):
         assert sorted(src[dst_pos == i].tolist()) == sorted(indices[indptr[v] : indptr[v + 1]].tolist())
 
@@ -132,3 +134,52 @@ def test_full_graph_block_and_to(graph):
 def test_bad_fanouts_rejected(graph):
     with pytest.raises(ConfigError, match="fanouts"):
         NeighborSampler(*graph, [5, 0])
+
+
+def _nbrs_of(block: Block) -> dict[int, list[int]]:
+    out = {}
+    for i in range(block.num_dst):
+        row = block.indices[block.indptr[i]:block.indptr[i + 1]]
+        out[int(block.dst_ids[i])] = sorted(block.src_ids[row].tolist())
+    return out
+
+
+def test_draws_do_not_depend_on_the_rest_of_the_batch(graph):
+    indptr, indices = graph
+    s = NeighborSampler(indptr, indices, [3], seed=4)
+    a = _nbrs_of(s.at(2, 7).sample_layer(torch.tensor([5, 17, 200]), 3, 0)[0])
+    b = _nbrs_of(s.at(2, 7).sample_layer(torch.tensor([399, 17, 1, 2, 3]), 3, 0)[0])
+    assert a[17] == b[17]
+    # another epoch, batch, layer or seed draws again (for a vertex with many more neighbours than 3)
+    v = int(np.argmax(np.diff(indptr)))
+    base = _nbrs_of(s.at(2, 7).sample_layer(torch.tensor([v]), 3, 0)[0])[v]
+    others = [_nbrs_of(s.at(e, b).sample_layer(torch.tensor([v]), 3, layer)[0])[v]
+              for e, b, layer in [(3, 7, 0), (2, 8, 0), (2, 7, 1)]]
+    others.append(_nbrs_of(NeighborSampler(indptr, indices, [3], seed=5).at(2, 7).sample_layer(
+        torch.tensor([v]), 3, 0)[0])[v])
+    assert sum(o != base for o in others) >= 3
+
+
+def test_local_csr_with_global_ids_draws_like_the_whole_graph(graph):
+    """A part's CSR (rows = local ids, vertex_ids = their global ids) draws what the whole graph does."""
+    indptr, indices = graph
+    owned = np.array([3, 17, 42, 200, 399], dtype=np.int64)
+    deg = np.diff(indptr)[owned]
+    sub_indptr = np.concatenate([[0], np.cumsum(deg)])
+    sub_indices = np.concatenate([indices[indptr[v]:indptr[v + 1]] for v in owned])
+    key = DrawKey(9, 1, 4)
+    whole_pos, whole_src = csr_sample_neighbors(indptr, indices, owned, 4, key, layer=1)
+    part_pos, part_src = csr_sample_neighbors(sub_indptr, sub_indices, np.arange(5), 4, key, layer=1,
+                                              vertex_ids=owned)
+    assert torch.equal(whole_pos, part_pos) and torch.equal(whole_src, part_src)
+
+
+def test_sample_blocks_moves_to_the_next_batch(graph):
+    indptr, indices = graph
+    s = NeighborSampler(indptr, indices, [2, 2], seed=1)
+    targets = torch.arange(0, 400, 9)
+    first = s.sample_blocks(targets)
+    assert s.key == DrawKey(1, 0, 1)
+    again = s.at(0, 0).sample_blocks(targets)
+    for x, y in zip(first, again, strict=True):
+        assert torch.equal(x.src_ids, y.src_ids) and torch.equal(x.indices, y.indices)

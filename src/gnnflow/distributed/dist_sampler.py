@@ -39,7 +39,7 @@ from gnnflow.distributed.comm import CommStats, alltoallv, world
 from gnnflow.distributed.pipeline import MiniBatch, add_stats_delta, stats_totals
 from gnnflow.errors import ConfigError
 from gnnflow.sampling import NeighborSampler, csr_sample_neighbors
-from gnnflow.sampling.neighbor import LayerwiseSampler, Relabeler
+from gnnflow.sampling.neighbor import LayerwiseSampler, Relabeler, check_fanouts
 
 
 class DistNeighborSampler(LayerwiseSampler):
@@ -61,36 +61,38 @@ class DistNeighborSampler(LayerwiseSampler):
     ) -> None:
         self.part = part
         self.node_part = node_part
-        self.fanouts = [int(f) for f in fanouts]
-        if not self.fanouts or any(f == 0 or f < -1 for f in self.fanouts):
-            raise ConfigError(f"fanouts: each must be a positive count or -1 (full), got {list(fanouts)}")
+        self.fanouts = check_fanouts(fanouts)
         self.rank, self.world_size = world()
         self.group = group
         self.stats = stats if stats is not None else CommStats(self.world_size)
-        # one stream per rank: local seeds and the remote requests it serves draw from it
-        self.rng = np.random.default_rng([seed, self.rank])
+        # draws are keyed by (seed, epoch, batch, layer, vertex): the owner of a vertex draws for
+        # it what any other sampler would; every rank samples the same batch in lock-step, so
+        # the remote requests it serves belong to its own current key
+        self.seed = int(seed)
+        self.at(0, 0)
         self.num_nodes = int(node_part.shape[0])
         self._relabel = Relabeler(self.num_nodes)
         self.remote_seeds = 0  # seeds sampled by their owner on this rank's behalf
 
-    def _sample_own(self, seeds: np.ndarray, fanout: int) -> tuple[np.ndarray, np.ndarray]:
+    def _sample_own(self, seeds: np.ndarray, fanout: int, layer: int) -> tuple[np.ndarray, np.ndarray]:
         """Sample the rank's own ``seeds``: (per-seed counts, global source ids in CSR order)."""
         if seeds.size == 0:
             return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
         rows = self.part.global_to_local(seeds)
         if (rows < 0).any() or (rows >= self.part.num_inner).any():
             raise ConfigError(f"sampler: rank {self.rank} asked to sample vertices it does not own")
-        dst_pos, src_local = csr_sample_neighbors(self.part.indptr, self.part.indices, rows, fanout, self.rng)
+        dst_pos, src_local = csr_sample_neighbors(self.part.indptr, self.part.indices, rows, fanout, self.key,
+                                                  layer, vertex_ids=seeds)
         counts = np.bincount(dst_pos.numpy(), minlength=seeds.shape[0]).astype(np.int64)
         return counts, self.part.local_to_global[src_local.numpy()]
 
-    def sample_neighbors(self, frontier: np.ndarray, fanout: int) -> tuple[np.ndarray, np.ndarray]:
+    def sample_neighbors(self, frontier: np.ndarray, fanout: int, layer: int) -> tuple[np.ndarray, np.ndarray]:
         """Per-seed counts and source ids (CSR over ``frontier``) of one hop.  Collective."""
         frontier = np.asarray(frontier, dtype=np.int64)
         owner = np.asarray(self.node_part[frontier], dtype=np.int64)
         own = np.flatnonzero(owner == self.rank)
         counts = np.zeros(frontier.shape[0], dtype=np.int64)
-        own_counts, own_src = self._sample_own(frontier[own], fanout)
+        own_counts, own_src = self._sample_own(frontier[own], fanout, layer)
         counts[own] = own_counts
         if self.world_size == 1:
             if own.size != frontier.size:
@@ -101,7 +103,7 @@ class DistNeighborSampler(LayerwiseSampler):
         send_counts = np.bincount(owner[remote], minlength=self.world_size)
         requests = alltoallv(list(torch.split(torch.from_numpy(frontier[order]), send_counts.tolist())),
                              self.stats, group=self.group)
-        served = [self._sample_own(req.numpy(), fanout) if p != self.rank else
+        served = [self._sample_own(req.numpy(), fanout, layer) if p != self.rank else
                   (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
                   for p, req in enumerate(requests)]
         reply_counts = alltoallv([torch.from_numpy(c) for c, _ in served], self.stats,
@@ -129,53 +131,24 @@ def make_sampler(part: Any, node_part: np.ndarray, fanouts: Sequence[int], seed:
     from gnnflow.data.store import open_store
 
     store = open_store(graph_path, validate=False)
-    rank, _ = world()
     # the full structure, read into this rank's memory (this is what the option compares against)
-    return NeighborSampler(np.array(store.indptr), np.array(store.indices), fanouts, seed=seed * 1000 + rank)
+    return NeighborSampler(np.array(store.indptr), np.array(store.indices), fanouts, seed=seed)
 
 
-class InnerStream:
-    """For a sampler that draws through an inner :class:`~gnnflow.sampling.NeighborSampler`
-    (``self.sampler``: split parallelism's, HEC's local one): its ``rng`` is the inner one's,
-    so :func:`seed_minibatch_stream` serves it like any other sampler."""
-
-    sampler: NeighborSampler
-
-    @property
-    def rng(self) -> np.random.Generator:
-        return self.sampler.rng
-
-    @rng.setter
-    def rng(self, rng: np.random.Generator) -> None:
-        self.sampler.rng = rng
-
-
-def seed_minibatch_stream(sampler: Any, mb: MiniBatch, seed: int) -> None:
-    """Point ``sampler.rng`` at the stream of (seed, rank, epoch, batch) before it samples ``mb``.
-
-    Every mini-batch sampler (data-parallel, split-parallel, HEC's local one)
-    calls this, so what a batch draws depends on nothing that came before it:
-    a resumed run, a pipeline running ahead across epochs or a sampler process
-    draws exactly what the uninterrupted in-process run draws, and no sampler
-    stream needs checkpointing.
-    """
-    sampler.rng = np.random.default_rng([seed, world()[0], mb.epoch, mb.index])
-
-
-def sample_minibatch(sampler: DistNeighborSampler | NeighborSampler, mb: MiniBatch, seed: int,
+def sample_minibatch(sampler: DistNeighborSampler | NeighborSampler, mb: MiniBatch,
                      stats: CommStats | None) -> MiniBatch:
     """The sample stage of the mini-batch strategies: ``mb.blocks`` for ``mb.targets``.
 
-    The sampler draws from one stream per (seed, rank, epoch, batch)
-    (:func:`seed_minibatch_stream`), so a resumed run, or a sampler process
-    (:mod:`gnnflow.distributed.sampler_process`), samples exactly what the
-    uninterrupted in-process stage would, however far ahead the pipeline runs.
+    The draws depend on (seed, epoch, batch, layer, vertex) only
+    (:mod:`gnnflow.sampling.draws`), so a resumed run, a sampler process
+    (:mod:`gnnflow.distributed.sampler_process`) or a pipeline running ahead
+    samples exactly what the uninterrupted in-process stage would, and so does
+    single-process training on the union of the ranks' batches.
     Records ``sampled_edges``, ``input_vertices`` and the bytes the sampler's
     exchanges moved (``stats``) in ``mb.counters``.
     """
     before = stats_totals(stats)
-    seed_minibatch_stream(sampler, mb, seed)
-    mb.blocks = sampler.sample_blocks(mb.targets)
+    mb.blocks = sampler.at(mb.epoch, mb.index).sample_blocks(mb.targets)
     mb.counters["sampled_edges"] = float(sum(b.num_edges for b in mb.blocks))
     mb.counters["input_vertices"] = float(mb.blocks[0].num_src)
     add_stats_delta(mb, stats, before, "sample")

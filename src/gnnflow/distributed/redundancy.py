@@ -34,14 +34,20 @@ def minibatch_counts(sampler: NeighborSampler, targets: torch.Tensor | np.ndarra
 
 
 def microbatch_counts(sampler: NeighborSampler, micro_targets: Sequence[torch.Tensor | np.ndarray]) -> dict[str, int]:
-    """The same for data-parallel micro-batches, each sampled and loaded independently."""
+    """The same for data-parallel micro-batches, each sampled and loaded independently.
+
+    The micro-batches are one iteration, so each is drawn with the same batch key (as the
+    ranks of a data-parallel iteration are): a vertex in two of them gets the same neighbours.
+    """
+    key = sampler.key
     edges = features = 0
     for t in micro_targets:
         if len(t) == 0:
             continue
-        c = minibatch_counts(sampler, t)
+        c = minibatch_counts(sampler.at(key.epoch, key.batch), t)
         edges += c["edges"]
         features += c["features"]
+    sampler.at(key.epoch, key.batch + 1)
     return {"edges": edges, "features": features}
 
 

@@ -33,7 +33,6 @@ import numpy as np
 import torch
 
 from gnnflow.distributed.comm import CommStats, alltoallv
-from gnnflow.distributed.dist_sampler import InnerStream
 from gnnflow.errors import ConfigError
 from gnnflow.sampling import Block, NeighborSampler, as_long_tensor
 
@@ -192,15 +191,13 @@ def _positions(ids: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
     return order[at]
 
 
-class SplitSampler(InnerStream):
+class SplitSampler:
     """Cooperative sampler of one rank: :func:`sp_sample` with this rank's structure.
 
-    ``seed`` seeds the rank's neighbour draws (ranks draw independently; the union
-    of the splits has the distribution of a single-process sample: every vertex
-    of a layer gets its neighbours drawn once, by its owner).  ``rng`` is the
-    generator the draws come from; training points it at one stream per
-    (seed, rank, epoch, batch) before each mini-batch
-    (:func:`gnnflow.distributed.dist_sampler.seed_minibatch_stream`).
+    Every vertex of a layer gets its neighbours drawn once, by its owner, from the
+    keyed draws of (seed, epoch, batch, layer, vertex) (:mod:`gnnflow.sampling.draws`):
+    the union of the splits is exactly the single-process sample of the same batch.
+    :meth:`at` selects the batch.
     """
 
     def __init__(self, graph: SplitGraph, fanouts: Sequence[int], seed: int = 0, group: Any = None) -> None:
@@ -209,6 +206,10 @@ class SplitSampler(InnerStream):
         self.sampler = NeighborSampler(graph.indptr, graph.indices, self.fanouts, seed=seed)
         self.node_part = as_long_tensor(graph.node_part)
         self.group = group
+
+    def at(self, epoch: int, batch: int) -> SplitSampler:
+        self.sampler.at(epoch, batch)
+        return self
 
     def owner(self, ids: torch.Tensor) -> torch.Tensor:
         return self.node_part[ids]
@@ -232,8 +233,8 @@ def sp_sample(sampler: SplitSampler, local_targets: torch.Tensor | np.ndarray,
     blocks: list[Block] = []
     frontiers = [front]
     shuffle: list[LayerShuffle] = []
-    for fanout in reversed(sampler.fanouts):
-        block, mixed = sampler.sampler.sample_layer(front, fanout)
+    for layer in reversed(range(len(sampler.fanouts))):
+        block, mixed = sampler.sampler.sample_layer(front, sampler.fanouts[layer], layer)
         owner = sampler.owner(mixed)
         is_local = owner == rank
         local_mixed = mixed[is_local]  # starts with ``front``: destinations are owned

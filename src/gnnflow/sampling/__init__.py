@@ -4,6 +4,7 @@
 """
 
 from gnnflow.sampling.block import Block, as_long_tensor
+from gnnflow.sampling.draws import DrawKey
 from gnnflow.sampling.neighbor import (
     NeighborSampler,
     csr_sample_neighbors,
@@ -14,6 +15,7 @@ from gnnflow.sampling.neighbor import (
 
 __all__ = [
     "Block",
+    "DrawKey",
     "NeighborSampler",
     "as_long_tensor",
     "csr_sample_neighbors",

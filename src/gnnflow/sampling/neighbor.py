@@ -19,6 +19,12 @@ Everything is vectorized numpy over the frontier:
 * relabelling to block-local ids uses a vertex bitmap when the graph is not
   much larger than the sample (one pass, no sort) and sorting otherwise; both
   give the same result: destinations first, then new sources in ascending id.
+
+The draws are partition-invariant (:mod:`gnnflow.sampling.draws`): the
+neighbours of vertex ``v`` at layer ``l`` of batch ``b`` of epoch ``e`` depend on
+``(seed, e, b, l, v)`` only.  A sampler holds its seed and the key of the batch
+it samples (:meth:`LayerwiseSampler.at`); whichever sampler draws ``v`` (the
+single process, ``v``'s owner rank, a split's owner) draws the same neighbours.
 """
 
 from __future__ import annotations
@@ -30,20 +36,13 @@ import torch
 
 from gnnflow.errors import ConfigError
 from gnnflow.sampling.block import Block, as_long_tensor
-
-GeneratorLike = np.random.Generator | int | None
+from gnnflow.sampling.draws import DrawKey, floyd_choose
 
 
 def _as_np(x: np.ndarray | torch.Tensor | Sequence[int]) -> np.ndarray:
     if isinstance(x, torch.Tensor):
         x = x.detach().cpu().numpy()
     return np.asarray(x)
-
-
-def _generator(generator: GeneratorLike) -> np.random.Generator:
-    if isinstance(generator, np.random.Generator):
-        return generator
-    return np.random.default_rng(generator)
 
 
 def ragged_arange(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
@@ -55,40 +54,23 @@ def ragged_arange(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
     return np.repeat(starts - offsets, counts) + np.arange(total, dtype=np.int64)
 
 
-def _floyd_choose(deg: np.ndarray, k: int, rng: np.random.Generator) -> np.ndarray:
-    """``[R, k]`` sorted distinct positions in ``[0, deg_r)`` per row, uniform over k-subsets.
-
-    Floyd's algorithm: for ``j = d-k .. d-1`` draw ``t`` uniform in ``[0, j]``;
-    take ``t`` unless already taken, else take ``j``.
-    """
-    rows = deg.shape[0]
-    chosen = np.empty((rows, k), dtype=np.int64)
-    base = deg - k
-    for i in range(k):
-        j = base + i
-        t = (rng.random(rows) * (j + 1)).astype(np.int64)
-        np.minimum(t, j, out=t)
-        if i:
-            dup = (chosen[:, :i] == t[:, None]).any(axis=1)
-            t[dup] = j[dup]
-        chosen[:, i] = t
-    chosen.sort(axis=1)
-    return chosen
-
-
 def sample_edge_positions(
-    indptr: np.ndarray, seeds: np.ndarray, fanout: int, rng: np.random.Generator
+    indptr: np.ndarray, rows: np.ndarray, fanout: int, key: DrawKey, layer: int, vertex_ids: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Sampled edge positions into ``indices`` and the per-seed counts (CSR over seeds)."""
-    starts = indptr[seeds]
-    deg = indptr[seeds + 1] - starts
+    """Sampled edge positions into ``indices`` and the per-row counts (CSR over ``rows``).
+
+    ``rows`` index ``indptr``; ``vertex_ids[i]`` is the global id of ``rows[i]``, which
+    (with ``key`` and ``layer``) is all the draw of a row depends on.
+    """
+    starts = indptr[rows]
+    deg = indptr[rows + 1] - starts
     if fanout < 0:
         return ragged_arange(starts, deg), deg
     counts = np.minimum(deg, fanout)
     eid = ragged_arange(starts, counts)
     big = np.flatnonzero(deg > fanout)
     if big.size:
-        chosen = _floyd_choose(deg[big], fanout, rng)
+        chosen = floyd_choose(deg[big], fanout, key.row_hashes(layer, vertex_ids[big]))
         chosen += starts[big][:, None]
         # rows of ``big`` hold exactly ``fanout`` slots each, starting at their CSR offset
         first_slot = (np.cumsum(counts) - counts)[big]
@@ -100,20 +82,25 @@ def sample_edge_positions(
 def csr_sample_neighbors(
     indptr: np.ndarray | torch.Tensor,
     indices: np.ndarray | torch.Tensor,
-    seeds: np.ndarray | torch.Tensor,
+    rows: np.ndarray | torch.Tensor,
     fanout: int,
-    generator: GeneratorLike = None,
+    key: DrawKey,
+    layer: int = 0,
+    vertex_ids: np.ndarray | torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Uniformly sample up to ``fanout`` in-neighbours of each seed, without replacement.
+    """Uniformly sample up to ``fanout`` in-neighbours of each row, without replacement.
 
     ``indptr``/``indices`` are a CSR over destinations (in-neighbours); ``fanout``
-    ``-1`` keeps every in-edge.  Returns ``(edge_dst_pos, edge_src)``: for each
-    sampled edge the position of its destination in ``seeds`` (non-decreasing,
-    so the edges form a CSR over ``seeds``) and the global id of its source.
+    ``-1`` keeps every in-edge.  ``vertex_ids``: the global id of each of ``rows``
+    (default: the rows themselves), which with ``key`` and ``layer`` decides the
+    draw.  Returns ``(edge_dst_pos, edge_src)``: for each sampled edge the position
+    of its destination in ``rows`` (non-decreasing, so the edges form a CSR over
+    ``rows``) and the entry of ``indices`` it reaches.
     """
-    indptr_np, indices_np, seeds_np = _as_np(indptr), _as_np(indices), _as_np(seeds).astype(np.int64)
-    eid, counts = sample_edge_positions(indptr_np, seeds_np, int(fanout), _generator(generator))
-    dst_pos = np.repeat(np.arange(seeds_np.shape[0], dtype=np.int64), counts)
+    indptr_np, indices_np, rows_np = _as_np(indptr), _as_np(indices), _as_np(rows).astype(np.int64)
+    ids = rows_np if vertex_ids is None else _as_np(vertex_ids).astype(np.int64)
+    eid, counts = sample_edge_positions(indptr_np, rows_np, int(fanout), key, layer, ids)
+    dst_pos = np.repeat(np.arange(rows_np.shape[0], dtype=np.int64), counts)
     return torch.from_numpy(dst_pos), torch.from_numpy(np.asarray(indices_np[eid], dtype=np.int64))
 
 
@@ -164,23 +151,35 @@ class Relabeler:
 
 
 class LayerwiseSampler:
-    """Layer-wise sampling on top of one step, ``sample_neighbors(dst, fanout) -> (counts,
+    """Layer-wise sampling on top of one step, ``sample_neighbors(dst, fanout, layer) -> (counts,
     src)`` (per destination, how many sources it got, and the sources in CSR order).
 
-    Subclasses set ``fanouts``, ``_relabel`` (a :class:`Relabeler`) and define
+    Subclasses set ``fanouts``, ``seed``, ``_relabel`` (a :class:`Relabeler`) and define
     ``sample_neighbors``; the blocks are assembled here, the same for every sampler.
+    ``key`` is the batch being sampled (:meth:`at`); :meth:`sample_blocks` moves it to
+    the next batch afterwards, so a sampler used on its own gives a fresh sample per
+    call and the same sequence for the same seed.
     """
 
     fanouts: list[int]
+    seed: int
+    key: DrawKey
     _relabel: Relabeler
 
-    def sample_neighbors(self, dst: np.ndarray, fanout: int) -> tuple[np.ndarray, np.ndarray]:
+    def at(self, epoch: int, batch: int) -> LayerwiseSampler:
+        """Sample batch ``batch`` of epoch ``epoch`` next (returns ``self``)."""
+        self.key = DrawKey(self.seed, int(epoch), int(batch))
+        return self
+
+    def sample_neighbors(self, dst: np.ndarray, fanout: int, layer: int) -> tuple[np.ndarray, np.ndarray]:
         raise NotImplementedError
 
-    def sample_layer(self, frontier: np.ndarray | torch.Tensor, fanout: int) -> tuple[Block, torch.Tensor]:
-        """Sample one layer for destinations ``frontier`` (unique ids); return ``(block, block.src_ids)``."""
+    def sample_layer(self, frontier: np.ndarray | torch.Tensor, fanout: int,
+                     layer: int) -> tuple[Block, torch.Tensor]:
+        """Sample layer ``layer`` (block index, input layer 0) for destinations ``frontier``
+        (unique ids); return ``(block, block.src_ids)``."""
         dst = _as_np(frontier).astype(np.int64, copy=False)
-        counts, src = self.sample_neighbors(dst, int(fanout))
+        counts, src = self.sample_neighbors(dst, int(fanout), int(layer))
         src_ids, local = self._relabel(dst, src)
         indptr = np.zeros(dst.shape[0] + 1, dtype=np.int64)
         np.cumsum(counts, out=indptr[1:])
@@ -193,14 +192,23 @@ class LayerwiseSampler:
         return block, block.src_ids
 
     def sample_blocks(self, targets: np.ndarray | torch.Tensor) -> list[Block]:
-        """Blocks for one mini-batch, ordered input -> output (``blocks[-1].dst_ids == targets``)."""
+        """Blocks for one mini-batch (batch ``key``), ordered input -> output
+        (``blocks[-1].dst_ids == targets``)."""
         frontier: np.ndarray | torch.Tensor = targets
         blocks: list[Block] = []
-        for fanout in reversed(self.fanouts):
-            block, frontier = self.sample_layer(frontier, fanout)
+        for layer in reversed(range(len(self.fanouts))):
+            block, frontier = self.sample_layer(frontier, self.fanouts[layer], layer)
             blocks.append(block)
         blocks.reverse()
+        self.at(self.key.epoch, self.key.batch + 1)
         return blocks
+
+
+def check_fanouts(fanouts: Sequence[int]) -> list[int]:
+    out = [int(f) for f in fanouts]
+    if not out or any(f == 0 or f < -1 for f in out):
+        raise ConfigError(f"fanouts: each must be a positive count or -1 (full), got {list(fanouts)}")
+    return out
 
 
 class NeighborSampler(LayerwiseSampler):
@@ -208,8 +216,10 @@ class NeighborSampler(LayerwiseSampler):
 
     ``fanouts[i]`` is the fanout of ``blocks[i]`` (input layer first), as in
     ``dgl.dataloading.NeighborSampler``; sampling runs from the targets
-    outwards, so ``fanouts[-1]`` is applied to the targets.  The same ``seed``
-    and the same sequence of calls give the same blocks.
+    outwards, so ``fanouts[-1]`` is applied to the targets.  Draws depend on
+    ``(seed, epoch, batch, layer, vertex)`` only (module docstring).
+    ``vertex_ids[r]`` is the global id of CSR row ``r`` when rows are local ids
+    (default: row ``r`` is vertex ``r``).
     """
 
     def __init__(
@@ -218,21 +228,23 @@ class NeighborSampler(LayerwiseSampler):
         indices: np.ndarray | torch.Tensor,
         fanouts: Sequence[int],
         seed: int = 0,
+        vertex_ids: np.ndarray | None = None,
     ) -> None:
         self.indptr = _as_np(indptr)
         self.indices = _as_np(indices)
         if self.indptr.ndim != 1 or self.indptr.shape[0] < 1:
             raise ConfigError("NeighborSampler: indptr must be a 1-D array of num_nodes+1 offsets")
-        self.fanouts = [int(f) for f in fanouts]
-        if not self.fanouts or any(f == 0 or f < -1 for f in self.fanouts):
-            raise ConfigError(f"fanouts: each must be a positive count or -1 (full), got {list(fanouts)}")
+        self.fanouts = check_fanouts(fanouts)
         self.num_nodes = self.indptr.shape[0] - 1
-        self.rng = np.random.default_rng(seed)
+        self.seed = int(seed)
+        self.vertex_ids = None if vertex_ids is None else np.asarray(vertex_ids, dtype=np.int64)
+        self.at(0, 0)
         self._relabel = Relabeler(self.num_nodes)
 
-    def sample_neighbors(self, dst: np.ndarray, fanout: int) -> tuple[np.ndarray, np.ndarray]:
+    def sample_neighbors(self, dst: np.ndarray, fanout: int, layer: int) -> tuple[np.ndarray, np.ndarray]:
         """Uniform sampling without replacement from the whole CSR."""
-        eid, counts = sample_edge_positions(self.indptr, dst, fanout, self.rng)
+        ids = dst if self.vertex_ids is None else self.vertex_ids[dst]
+        eid, counts = sample_edge_positions(self.indptr, dst, fanout, self.key, layer, ids)
         return counts, np.asarray(self.indices[eid], dtype=np.int64)
 
 

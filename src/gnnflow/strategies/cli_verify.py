@@ -1,4 +1,4 @@
-"""``gnnflow verify --strategy S --workers P [--model M] [--json]``.
+"""``gnnflow verify --strategy S --workers P [--model M] [--fanouts F] [--split-group-size K] [--json]``.
 
 Runs the equivalence check of a distributed strategy that claims single-process
 mathematics (data-parallel with a fixed sample, split-parallel, full-batch 1D,
@@ -38,6 +38,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", default=None, choices=MODELS,
                         help="model to check (default: the strategy's own, e.g. gcn for fullbatch/dgcl, sage otherwise)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--fanouts", default=None,
+                        help="data/split: comma-separated fanouts, input layer first (default 10,10 for data, "
+                             "4,3 for split; -1 = full neighbourhood)")
+    parser.add_argument("--split-group-size", type=int, default=None,
+                        help="split: ranks per split group, data-parallel across groups (GSplit §6.4)")
     parser.add_argument("--json", action="store_true", help="print the whole result as one JSON object")
 
 
@@ -53,11 +58,22 @@ def main(args: argparse.Namespace) -> int:
         import inspect
 
         args.model = inspect.signature(fn).parameters["model"].default
-    result = fn(args.workers, model=args.model, seed=args.seed)
+    kw: dict[str, Any] = {}
+    if args.fanouts is not None:
+        from gnnflow.strategies.cli_train import parse_fanouts
+
+        kw["fanouts"] = parse_fanouts(args.fanouts)
+    if args.split_group_size is not None:
+        kw["split_group_size"] = args.split_group_size
+    for key in kw:
+        if args.strategy not in ("data", "split") or (key == "split_group_size" and args.strategy != "split"):
+            raise ConfigError(f"--{key.replace('_', '-')}: not an option of verify --strategy {args.strategy}")
+    result = fn(args.workers, model=args.model, seed=args.seed, **kw)
     if args.json:
         print(json.dumps(result, sort_keys=True, default=float))
     else:
         status = "PASSED" if result["passed"] else "FAILED"
-        print(f"verify {args.strategy} workers={args.workers} model={args.model}: {status}; "
+        extra = "".join(f" {k}={result[k]}" for k in ("fanouts", "split_group_size") if k in result)
+        print(f"verify {args.strategy} workers={args.workers} model={args.model}{extra}: {status}; "
               f"max abs diff: {_fmt(result['max_abs_diff'])}; max rel diff: {_fmt(result['max_rel_diff'])}")
     return 0 if result["passed"] else 1

@@ -138,7 +138,7 @@ def full_inference(model: GNN, indptr: np.ndarray, indices: np.ndarray, features
         chunks = [torch.arange(s, min(s + chunk_size, num_nodes)) for s in range(0, num_nodes, chunk_size)]
         blocks: list[Block] = []
         for chunk in chunks:
-            block, _ = sampler.sample_layer(chunk, -1)
+            block, _ = sampler.sample_layer(chunk, -1, 0)
             block.src_deg, block.dst_deg = out_deg[block.src_ids], in_deg[block.dst_ids]
             blocks.append(block)
         for i in range(model.num_layers):

@@ -44,7 +44,7 @@ def _flat_params(net: torch.nn.Module) -> torch.Tensor:
 
 
 def _verify_rank(ctx: Any, cfg_dict: dict[str, Any], targets: list[np.ndarray], global_n: int,
-                 tamper: str | None) -> dict[str, Any]:
+                 tamper: str | None, perturb: bool = False) -> dict[str, Any]:
     """One inline training step of ``DataParallel`` on this rank's fixed micro-batch."""
     from gnnflow.config import TrainConfig
     from gnnflow.distributed.pipeline import MiniBatch
@@ -53,6 +53,8 @@ def _verify_rank(ctx: Any, cfg_dict: dict[str, Any], targets: list[np.ndarray], 
     cfg = TrainConfig.from_dict(cfg_dict)
     s = DataParallel(cfg, ctx)
     s.prepare()
+    if perturb and ctx.rank == 1:  # rank 1 draws (for itself and for the requests it serves) from another stream
+        s.sampler.seed += 1
     mine = targets[ctx.rank]
     labels = np.asarray(s.part.labels)[s.part.global_to_local(mine)]
     mb = MiniBatch(epoch=0, index=0, targets=torch.from_numpy(mine), labels=torch.from_numpy(labels),
@@ -88,16 +90,20 @@ def _diff(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
 
 def verify(workers: int, model: str = "sage", seed: int = 0, *, tamper: str | None = None,
            num_nodes: int = 600, batch_per_rank: int = 16, atol: float = 1e-5,
-           workdir: str | None = None, **kw: Any) -> dict[str, Any]:
+           workdir: str | None = None, fanouts: list[int] | None = None, perturb_sampler: bool = False,
+           **kw: Any) -> dict[str, Any]:
     """One data-parallel step on ``workers`` ranks vs one single-process step on the union.
 
-    A small synthetic graph is partitioned at random into ``workers`` parts
+    A small synthetic graph (average degree 24, so fanouts of 10 and 15 really sample) is partitioned at random into ``workers`` parts
     (so most neighbours are remote); rank r takes the first
-    ``batch_per_rank`` training vertices of part r.  Sampling uses the full
-    neighbourhood (fanout -1), so both sides see the same blocks.  Compared:
-    the global loss, the logits of every target, the summed gradients (on
+    ``batch_per_rank`` training vertices of part r.  ``fanouts`` (default
+    ``[10, 10]``; -1 = full neighbourhood): the distributed sampler (each vertex
+    sampled by its owner) and the single-process sampler draw partition-invariant
+    samples (:mod:`gnnflow.sampling.draws`), so both sides see the same blocks.
+    Compared: the global loss, the logits of every target, the summed gradients (on
     every rank) and the parameters after the optimizer step.  ``tamper``
-    ("drop" / "double") corrupts rank 1's gradient to show the check fails.
+    ("drop" / "double") corrupts rank 1's gradient and ``perturb_sampler`` gives
+    rank 1 another sampling stream, to show the check fails.
     """
     from gnnflow.config import TrainConfig
     from gnnflow.data.synthetic import prepare_synthetic
@@ -108,12 +114,13 @@ def verify(workers: int, model: str = "sage", seed: int = 0, *, tamper: str | No
     from gnnflow.sampling import NeighborSampler
     from gnnflow.strategies.common import make_optimizer, seed_everything
 
+    fanouts = [10, 10] if fanouts is None else [int(f) for f in fanouts]
     with tempfile.TemporaryDirectory(dir=workdir, prefix="gnnflow-verify-") as tmp:
-        store = prepare_synthetic(Path(tmp) / "graph", num_nodes=num_nodes, avg_degree=6, feature_dim=8,
+        store = prepare_synthetic(Path(tmp) / "graph", num_nodes=num_nodes, avg_degree=24, feature_dim=8,
                                   num_classes=4, seed=seed)
         book = partition_graph(store.path, "random", workers, Path(tmp) / "book", seed=seed)
         cfg = TrainConfig(graph=str(store.path), strategy="data", partition=str(book.path), model=model,
-                          hidden=16, num_layers=2, fanouts=[-1, -1], batch_size=batch_per_rank,
+                          hidden=16, num_layers=len(fanouts), fanouts=fanouts, batch_size=batch_per_rank,
                           dropout=0.0, heads=2, seed=seed, workers=workers,
                           options={"pipeline": False, **kw.get("options", {})})
         parts = PartitionBook.open(book.path)
@@ -121,7 +128,8 @@ def verify(workers: int, model: str = "sage", seed: int = 0, *, tamper: str | No
                    for r in range(workers)]
         union = np.concatenate(targets)
         n = int(union.shape[0])
-        results = run_ranks(_verify_rank, workers, cfg.to_dict(), targets, n, tamper, timeout_s=120)
+        results = run_ranks(_verify_rank, workers, cfg.to_dict(), targets, n, tamper, perturb_sampler,
+                            timeout_s=120)
 
         # single process: the same model, the union batch, the whole graph
         seed_everything(seed)
@@ -158,6 +166,7 @@ def verify(workers: int, model: str = "sage", seed: int = 0, *, tamper: str | No
     max_abs["params"] = max(a for a, _ in per_rank)
     max_rel["params"] = max(b for _, b in per_rank)
     passed = all(v <= atol for v in max_abs.values())
-    return {"strategy": "data", "workers": workers, "model": model, "seed": seed, "passed": passed,
+    return {"strategy": "data", "workers": workers, "model": model, "seed": seed, "fanouts": fanouts,
+            "passed": passed,
             "atol": atol, "max_abs_diff": max_abs, "max_rel_diff": max_rel, "targets": n,
             "tamper": tamper, "grad_norm": float(np.linalg.norm(grads))}

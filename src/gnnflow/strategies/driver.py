@@ -41,7 +41,7 @@ import torch.distributed as dist
 from gnnflow.config import TrainConfig
 from gnnflow.distributed.watchdog import note_progress
 from gnnflow.errors import ConfigError
-from gnnflow.io import atomic_file, provenance, save_tensors, write_json
+from gnnflow.io import provenance, save_tensors, write_json
 from gnnflow.results.schema import EpochRecord, Recorder, write_records
 from gnnflow.strategies.base import RankContext, Strategy, strategy_class
 from gnnflow.strategies.common import drop_rows_after_epoch

@@ -67,7 +67,6 @@ import torch.nn.functional as F
 
 from gnnflow.distributed.aep import EmbeddingPush, build_db_halo, exchange_halo_ids
 from gnnflow.distributed.comm import world
-from gnnflow.distributed.dist_sampler import InnerStream, seed_minibatch_stream
 from gnnflow.distributed.hec import EmbeddingCache
 from gnnflow.distributed.pipeline import MiniBatch
 from gnnflow.errors import ConfigError
@@ -105,29 +104,35 @@ def drop_sources(block: Block, keep: torch.Tensor) -> Block:
                  src_deg=block.src_deg[keep] if block.src_deg is not None else None, dst_deg=block.dst_deg)
 
 
-class LocalHaloSampler(InnerStream):
+class LocalHaloSampler:
     """§3.3 local sampling over a part's solid + halo graph; halo vertices are leaves.
 
-    Ids are the part's local ids (solid ``0..n_inner-1``, halo after).  Returns
-    blocks input -> output and, per block, the number of solid sources (a
-    prefix of ``src_ids``).
+    Ids are the part's local ids (solid ``0..n_inner-1``, halo after); draws are keyed
+    by global ids (``local_to_global``), so a solid vertex gets the neighbours any other
+    sampler would draw for it in the same batch.  Returns blocks input -> output and,
+    per block, the number of solid sources (a prefix of ``src_ids``).
     """
 
     def __init__(self, indptr: np.ndarray, indices: np.ndarray, num_inner: int, num_halo: int,
-                 fanouts: list[int], seed: int) -> None:
+                 fanouts: list[int], seed: int, local_to_global: np.ndarray) -> None:
         indptr = np.asarray(indptr, dtype=np.int64)
         # halo rows have no in-edges locally: degree 0
         ext = np.concatenate([indptr, np.full(num_halo, indptr[-1], dtype=np.int64)])
-        self.sampler = NeighborSampler(ext, np.asarray(indices, dtype=np.int64), fanouts, seed)
+        self.sampler = NeighborSampler(ext, np.asarray(indices, dtype=np.int64), fanouts, seed,
+                                       vertex_ids=local_to_global)
         self.fanouts = list(fanouts)
         self.num_inner = int(num_inner)
+
+    def at(self, epoch: int, batch: int) -> LocalHaloSampler:
+        self.sampler.at(epoch, batch)
+        return self
 
     def sample_blocks(self, targets_local: torch.Tensor) -> tuple[list[Block], list[int]]:
         frontier = targets_local
         blocks: list[Block] = []
         solid_counts: list[int] = []
-        for fanout in reversed(self.fanouts):
-            block, src = self.sampler.sample_layer(frontier, fanout)
+        for layer in reversed(range(len(self.fanouts))):
+            block, src = self.sampler.sample_layer(frontier, self.fanouts[layer], layer)
             is_halo = src >= self.num_inner
             n_solid = int((~is_halo).sum())
             if bool(is_halo[:n_solid].any()):  # keep [solid..., halo...]; the sampler already does
@@ -209,19 +214,17 @@ class HistoricalEmbeddingCache(MiniBatchStrategy):
         return int(h.shape[1])
 
     def build_sampler(self, group: Any) -> LocalHaloSampler:
-        rank, _ = world()
         p = self.part
         return LocalHaloSampler(p.indptr, p.indices, p.num_inner, p.num_halo, self.cfg.fanouts,
-                                seed=self.cfg.seed * 1000 + rank)
+                                seed=self.cfg.seed, local_to_global=p.local_to_global)
 
     def build_feature_store(self, group: Any) -> None:
         return None  # HEC fetches no remote features
 
     # ---------------------------------------------------------------- pipeline stages
     def sample_stage(self, mb: MiniBatch) -> MiniBatch:
-        seed_minibatch_stream(self.sampler, mb, self.cfg.seed)
         targets_local = torch.from_numpy(self.part.global_to_local(mb.targets.numpy()))
-        blocks, solid = self.sampler.sample_blocks(targets_local)
+        blocks, solid = self.sampler.at(mb.epoch, mb.index).sample_blocks(targets_local)
         mb.blocks = blocks
         mb.meta["solid_counts"] = solid
         mb.counters["sampled_edges"] = float(sum(b.num_edges for b in blocks))

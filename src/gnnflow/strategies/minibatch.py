@@ -329,7 +329,7 @@ class MiniBatchStrategy(Strategy):
                                 meta={"global_batch": int(sizes[j])})
 
     def sample_stage(self, mb: MiniBatch) -> MiniBatch:
-        return sample_minibatch(self.sampler, mb, self.cfg.seed, self.sample_stats)
+        return sample_minibatch(self.sampler, mb, self.sample_stats)
 
     def load_stage(self, mb: MiniBatch) -> MiniBatch:
         assert self.feature_store is not None and mb.blocks is not None

@@ -9,9 +9,11 @@ per epoch on the whole graph (every layer's block is the whole graph), loss
 over all training vertices.  Evaluation is exact full-neighbourhood inference
 (:func:`gnnflow.strategies.common.evaluate_full`).
 
-Everything random is seeded from ``cfg.seed`` and checkpointed (model init,
-batch shuffling, neighbour sampling, dropout), so a resumed run continues
-exactly as an uninterrupted one.
+Everything random is seeded from ``cfg.seed``: model init, batch shuffling and
+dropout are checkpointed; neighbour draws are a function of (seed, epoch, batch,
+layer, vertex) (:mod:`gnnflow.sampling.draws`), the same draws every distributed
+sampler makes for the same batch.  A resumed run continues exactly as an
+uninterrupted one.
 """
 
 from __future__ import annotations
@@ -35,9 +37,7 @@ from gnnflow.strategies.common import (
     evaluate_full,
     feature_rows,
     make_optimizer,
-    numpy_rng_state,
     seed_everything,
-    set_numpy_rng_state,
 )
 
 
@@ -88,9 +88,9 @@ class SingleProcess(Strategy):
             return self._full_batch_step(rec)
         assert self.sampler is not None and self.store is not None and self.store.features is not None
         total, count = 0.0, 0
-        for targets in batches(self.train_ids, self.cfg.batch_size, self.batch_gen):
+        for index, targets in enumerate(batches(self.train_ids, self.cfg.batch_size, self.batch_gen)):
             with rec.timer("sample"):
-                blocks = self.sampler.sample_blocks(targets)
+                blocks = self.sampler.at(epoch, index).sample_blocks(targets)
             rec.count("sampled_edges", sum(b.num_edges for b in blocks))
             with rec.timer("load"):
                 x = feature_rows(self.store.features, blocks[0].src_ids)
@@ -132,13 +132,9 @@ class SingleProcess(Strategy):
 
     def state_dict(self) -> dict[str, Any]:
         state = super().state_dict()
-        state["batch_generator"] = self.batch_gen.get_state()
-        if self.sampler is not None:
-            state["sampler_rng"] = numpy_rng_state(self.sampler.rng)
+        state["batch_generator"] = self.batch_gen.get_state()  # the sampler's draws are keyed by batch
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         super().load_state_dict(state)
         self.batch_gen.set_state(state["batch_generator"])
-        if self.sampler is not None and "sampler_rng" in state:
-            set_numpy_rng_state(self.sampler.rng, state["sampler_rng"])

@@ -47,12 +47,11 @@ from gnnflow.distributed.comm import (
     alltoallv,
     world,
 )
-from gnnflow.distributed.dist_sampler import seed_minibatch_stream
 from gnnflow.distributed.pipeline import MiniBatch, add_stats_delta, stage_groups, stats_totals
 from gnnflow.distributed.split_sampling import SplitGraph, SplitSample, SplitSampler, sp_sample
 from gnnflow.errors import ConfigError
 from gnnflow.results.schema import Recorder
-from gnnflow.sampling import Block, as_long_tensor
+from gnnflow.sampling import as_long_tensor
 from gnnflow.strategies.base import RankContext
 from gnnflow.strategies.minibatch import SPLITS, MiniBatchStrategy, whole_graph_part
 
@@ -192,7 +191,7 @@ class SplitParallel(MiniBatchStrategy):
         self.shuffle_stats = CommStats(k)
         self.load_stats = None
         # its stream is set per mini-batch (sample_stage): nothing to checkpoint
-        self.sampler = SplitSampler(self.graph, cfg.fanouts, group=self.groups["sample"])
+        self.sampler = SplitSampler(self.graph, cfg.fanouts, seed=cfg.seed, group=self.groups["sample"])
         self.feature_store = None
         self.split_counts: list[tuple[list[int], list[int]]] = []
         self.build_model()
@@ -216,8 +215,7 @@ class SplitParallel(MiniBatchStrategy):
         from gnnflow.partition.metrics import split_metrics
 
         before = stats_totals(self.sample_stats)
-        seed_minibatch_stream(self.sampler, mb, self.cfg.seed)
-        sample = sp_sample(self.sampler, mb.targets, self.sample_stats)
+        sample = sp_sample(self.sampler.at(mb.epoch, mb.index), mb.targets, self.sample_stats)
         mb.blocks = sample.blocks
         mb.meta["split"] = sample
         mb.counters["sampled_edges"] = float(sample.num_edges)
@@ -325,21 +323,24 @@ class SplitParallel(MiniBatchStrategy):
 
 # ------------------------------------------------------------------ verification
 def _verify_rank(ctx: RankContext, arrays: dict[str, Any], node_part: np.ndarray, targets: np.ndarray,
-                 model_name: str, fanouts: list[int], seed: int, backward_shuffle: bool) -> dict[str, Any]:
+                 model_name: str, fanouts: list[int], seed: int, backward_shuffle: bool, k: int,
+                 perturb: bool) -> dict[str, Any]:
     from gnnflow.nn import build_model
 
-    graph = SplitGraph.from_arrays(arrays["indptr"], arrays["indices"], node_part, ctx.rank, arrays["features"],
-                                   arrays["labels"], num_parts=ctx.world_size)
-    sampler = SplitSampler(graph, fanouts, seed=seed * 7 + ctx.rank)
-    local = torch.from_numpy(targets[node_part[targets] == ctx.rank])
-    sample = sp_sample(sampler, local)
+    group, gi, gr, ng = make_split_groups(ctx.rank, ctx.world_size, k)
+    graph = SplitGraph.from_arrays(arrays["indptr"], arrays["indices"], node_part, gr, arrays["features"],
+                                   arrays["labels"], num_parts=k)
+    # perturb: rank 1 draws from another stream (the check must then fail)
+    sampler = SplitSampler(graph, fanouts, seed=seed + (1 if perturb and ctx.rank == 1 else 0), group=group)
+    local = group_targets(torch.from_numpy(targets), as_long_tensor(node_part), gi, ng, gr)
+    sample = sp_sample(sampler.at(0, 0), local)
     torch.manual_seed(seed)
     model = build_model(model_name, arrays["features"].shape[1], 16, int(arrays["num_classes"]), len(fanouts),
                         0.0, 2)
     x = graph.load_features(sample.input_ids)
     y = graph.load_labels(sample.targets)
     shuffle = all_to_all_rows if backward_shuffle else detached_shuffle
-    logits = sp_forward(model, sample, x, shuffle=shuffle)
+    logits = sp_forward(model, sample, x, group=group, shuffle=shuffle)
     loss = F.cross_entropy(logits, y, reduction="sum") / len(targets)
     loss.backward()
     all_reduce_gradients(model, average=False)
@@ -354,57 +355,27 @@ def _verify_rank(ctx: RankContext, arrays: dict[str, Any], node_part: np.ndarray
         "grads": {n: p.grad.detach().numpy().copy() for n, p in model.named_parameters()} if ctx.rank == 0 else None,
         "edges": edges,
         "inputs": sample.input_ids.numpy(),
-        "frontiers": [f.numpy() for f in sample.frontiers],
     }
 
 
-def union_blocks(per_rank: list[dict[str, Any]], num_layers: int) -> tuple[list[Block], torch.Tensor]:
-    """The single mini-batch the splits form together, as single-process blocks.
-
-    Level ``L`` (targets) is ordered like the concatenated ranks' targets; every
-    level below lists the level above first, then its other vertices sorted, as
-    DGL blocks do (``blocks[l].src_ids[:num_dst] == blocks[l].dst_ids``).
-    Returns the blocks (input -> output) and the input vertex ids.
-    """
-    order = np.concatenate([r["targets"] for r in per_rank])
-    blocks: list[Block] = []
-    for layer in reversed(range(num_layers)):
-        e_dst = np.concatenate([r["edges"][layer][0] for r in per_rank])
-        e_src = np.concatenate([r["edges"][layer][1] for r in per_rank])
-        level = np.concatenate([r["frontiers"][layer] for r in per_rank])
-        rest = np.setdiff1d(level, order)
-        src_ids = np.concatenate([order, rest])
-        dst_pos = _lookup(e_dst, order)
-        perm = np.argsort(dst_pos, kind="stable")
-        indptr = np.zeros(order.shape[0] + 1, dtype=np.int64)
-        np.cumsum(np.bincount(dst_pos, minlength=order.shape[0]), out=indptr[1:])
-        blocks.append(Block(dst_ids=torch.from_numpy(order.copy()), src_ids=torch.from_numpy(src_ids),
-                            indptr=torch.from_numpy(indptr),
-                            indices=torch.from_numpy(_lookup(e_src[perm], src_ids))))
-        order = src_ids
-    blocks.reverse()
-    return blocks, torch.from_numpy(order)
-
-
-def _lookup(ids: np.ndarray, table: np.ndarray) -> np.ndarray:
-    srt = np.argsort(table, kind="stable")
-    pos = srt[np.searchsorted(table[srt], ids)]
-    if ids.size and not (table[pos] == ids).all():
-        raise AssertionError("split samples do not form one mini-batch (an id is missing)")
-    return pos.astype(np.int64)
+def _edge_set(dst: np.ndarray, src: np.ndarray, n: int) -> np.ndarray:
+    return np.unique(dst.astype(np.int64) * n + src)
 
 
 def verify(workers: int, model: str = "sage", seed: int = 0, **kw: Any) -> dict[str, Any]:
-    """Split-parallel vs single-process on the same global mini-batch (issue 6, acceptance 1).
+    """Split-parallel vs single-process on the same global mini-batch (issue 6, acceptance 1-2; issue 18).
 
-    ``workers`` ranks sample one mini-batch cooperatively (random ``node_part``
-    over a small synthetic graph), run :func:`sp_forward`, backward and the
-    gradient all-reduce; the union of their splits is rebuilt as ordinary blocks
-    and run by the unchanged single-process model with the same initial
-    parameters.  Loss, target logits and every parameter gradient are compared.
+    ``workers`` ranks in split groups of ``split_group_size`` (default all) sample one
+    mini-batch cooperatively (a random ``node_part`` over a small synthetic graph), run
+    :func:`sp_forward`, backward and the gradient all-reduce.  The single-process side
+    samples the same targets with :class:`~gnnflow.sampling.NeighborSampler` on the whole
+    graph, independently: with partition-invariant draws the splits' edges must be
+    exactly its edges (``sample_equal``), and its unchanged model with the same initial
+    parameters must give the same loss, target logits and parameter gradients.
     Options: ``num_nodes`` (300), ``batch_size`` (48), ``fanouts`` ([4, 3]),
-    ``backward_shuffle`` (True; False drops the backward exchange and must fail),
-    ``tol`` (1e-5), ``timeout_s`` (120).
+    ``split_group_size`` (workers), ``backward_shuffle`` (True; False drops the backward
+    exchange and must fail), ``perturb_sampler`` (False; True gives rank 1 another
+    stream and must fail), ``tol`` (1e-5), ``timeout_s`` (120).
     """
     from gnnflow.data.synthetic import generate_synthetic
     from gnnflow.distributed.launch import run_ranks
@@ -415,23 +386,33 @@ def verify(workers: int, model: str = "sage", seed: int = 0, **kw: Any) -> dict[
     num_nodes = int(kw.get("num_nodes", 300))
     fanouts = [int(f) for f in kw.get("fanouts", [4, 3])]
     batch_size = int(kw.get("batch_size", 48))
+    k = int(kw.get("split_group_size", workers))
+    if k < 1 or workers % k:
+        raise ConfigError(f"split_group_size: {k} must divide the number of workers ({workers})")
     tol = float(kw.get("tol", 1e-5))
-    data = generate_synthetic(num_nodes=num_nodes, avg_degree=6.0, feature_dim=12, num_classes=4, seed=seed)
-    arrays = {k: np.asarray(data[k]) for k in ("indptr", "indices", "features", "labels", "train_idx")}
+    data = generate_synthetic(num_nodes=num_nodes, avg_degree=24.0, feature_dim=12, num_classes=4, seed=seed)
+    arrays = {k_: np.asarray(data[k_]) for k_ in ("indptr", "indices", "features", "labels", "train_idx")}
     arrays["num_classes"] = data["num_classes"]
     rng = np.random.default_rng(seed)
-    node_part = rng.integers(0, workers, num_nodes).astype(np.int32)
+    node_part = rng.integers(0, k, num_nodes).astype(np.int32)
     targets = rng.choice(arrays["train_idx"], min(batch_size, arrays["train_idx"].shape[0]), replace=False)
     t0 = time.perf_counter()
     out = run_ranks(_verify_rank, workers, arrays, node_part, targets, model, fanouts, seed,
-                    bool(kw.get("backward_shuffle", True)), timeout_s=float(kw.get("timeout_s", 120)))
+                    bool(kw.get("backward_shuffle", True)), k, bool(kw.get("perturb_sampler", False)),
+                    timeout_s=float(kw.get("timeout_s", 120)))
     wall = time.perf_counter() - t0
 
-    blocks, input_ids = union_blocks(out, len(fanouts))
+    order = np.concatenate([r["targets"] for r in out])
+    blocks = NeighborSampler(arrays["indptr"], arrays["indices"], fanouts, seed=seed).at(0, 0).sample_blocks(order)
+    sample_equal = all(
+        np.array_equal(_edge_set(b.dst_ids[b.edge_dst()].numpy(), b.src_ids[b.indices].numpy(), num_nodes),
+                       np.unique(np.concatenate([_edge_set(*r["edges"][layer], num_nodes) for r in out])))
+        for layer, b in enumerate(blocks))
     torch.manual_seed(seed)
     ref_model = build_model(model, arrays["features"].shape[1], 16, int(arrays["num_classes"]), len(fanouts), 0.0, 2)
+    input_ids = blocks[0].src_ids
     x = torch.from_numpy(arrays["features"][input_ids.numpy()])
-    y = torch.from_numpy(arrays["labels"][blocks[-1].dst_ids.numpy()])
+    y = torch.from_numpy(arrays["labels"][order])
     ref_logits = ref_model(blocks, x)
     ref_loss = F.cross_entropy(ref_logits, y)
     ref_loss.backward()
@@ -452,12 +433,15 @@ def verify(workers: int, model: str = "sage", seed: int = 0, **kw: Any) -> dict[
     loaded = sum(int(r["inputs"].shape[0]) for r in out)
     # the same targets as ``workers`` data-parallel micro-batches (split by owner, each sampled alone)
     dp = microbatch_counts(NeighborSampler(arrays["indptr"], arrays["indices"], fanouts, seed=seed),
-                           split_targets(targets, workers, node_part))
+                           split_targets(targets, k, node_part))
     return {
         "strategy": "split",
         "workers": workers,
+        "split_group_size": k,
         "model": model,
-        "passed": all(v <= tol for v in abs_diff.values()),
+        "fanouts": fanouts,
+        "passed": sample_equal and all(v <= tol for v in abs_diff.values()),
+        "sample_equal": sample_equal,
         "tol": tol,
         "max_abs_diff": abs_diff,
         "max_rel_diff": rel_diff,
@@ -468,7 +452,6 @@ def verify(workers: int, model: str = "sage", seed: int = 0, **kw: Any) -> dict[
         "unique_input_vertices": int(input_ids.numel()),
         "features_loaded_ratio": loaded / max(1, int(input_ids.numel())),
         "dp_features_loaded": dp["features"],
-        "dp_features_ratio": dp["features"] / max(1, loaded),
         "dp_sampled_edges": dp["edges"],
         "backward_shuffle": bool(kw.get("backward_shuffle", True)),
         "wall_s": wall,
