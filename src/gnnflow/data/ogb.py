@@ -33,6 +33,7 @@ import numpy as np
 from gnnflow.data.csr import build_csr
 from gnnflow.data.download import default_cache_dir, download, extract_zip
 from gnnflow.data.hetero import HeteroGraph, write_hetero_store
+from gnnflow.data.safe_load import load_torch_arrays
 from gnnflow.data.store import GraphStore, write_store
 from gnnflow.errors import ConfigError, DownloadError, GnnflowError
 from gnnflow.io import log
@@ -145,9 +146,10 @@ def _read_split(split_dir: Path) -> dict[str, np.ndarray]:
     import pandas as pd
 
     if (split_dir / "split_dict.pt").exists():
-        import torch
-
-        d = torch.load(split_dir / "split_dict.pt", weights_only=False)
+        f = split_dir / "split_dict.pt"
+        d = load_torch_arrays(f, what="an OGB split file (a dict of index arrays)")
+        if not isinstance(d, dict) or not {"train", "valid", "test"} <= set(d):
+            raise GnnflowError(f"{f}: expected a dict with keys train, valid, test")
         return {k: np.asarray(d[k], dtype=np.int64).reshape(-1) for k in ("train", "valid", "test")}
     out = {}
     for k in ("train", "valid", "test"):

@@ -21,13 +21,13 @@ dropped and the graph is stored in both directions, as in PyG.
 from __future__ import annotations
 
 import os
-import pickle
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from gnnflow.data.csr import build_csr
+from gnnflow.data.safe_load import planetoid_globals, restricted_unpickle
 from gnnflow.data.store import GraphStore, write_store
 from gnnflow.errors import ConfigError, GnnflowError
 
@@ -39,20 +39,16 @@ def _unpickle(path: Path) -> Any:
     if not path.exists():
         raise GnnflowError(f"{path}: no such file; place the Planetoid files "
                            "ind.<name>.{x,y,tx,ty,allx,ally,graph,test.index} in --raw-dir")
-    try:
-        with open(path, "rb") as fh:
-            # The original files are Python 2 pickles.
-            return pickle.load(fh, encoding="latin1")
-    except (pickle.UnpicklingError, EOFError, ValueError, AttributeError, ImportError,
-            IndexError, TypeError) as exc:
-        raise GnnflowError(f"{path}: cannot unpickle ({type(exc).__name__}: {exc}); "
-                           "the file is truncated or not a Planetoid file") from None
+    # Python 2 pickles (latin-1 strings); only array, sparse-matrix and dict globals resolve.
+    return restricted_unpickle(path, planetoid_globals(), what="a Planetoid file")
 
 
 def _dense(a: Any, path: Path) -> np.ndarray:
     if hasattr(a, "toarray"):
         a = a.toarray()
     a = np.asarray(a)
+    if a.dtype.hasobject:
+        raise GnnflowError(f"{path}: holds Python objects, expected a numeric matrix")
     if a.ndim != 2:
         raise GnnflowError(f"{path}: expected a 2-D matrix, got shape {a.shape}")
     return a
