@@ -63,7 +63,7 @@ def test_import_formats(tmp_path, capsys, fmt, split):
     assert info["statistics"]["num_nodes"] == n
 
 
-def test_info_prints_statistics_and_verifies_checksums(tmp_path, capsys):
+def test_info_prints_statistics_and_verifies_checksums(tmp_path, capsys, monkeypatch):
     assert cli(["prepare", "synthetic", "--out", str(tmp_path / "g"), "--nodes", "400",
                 "--avg-degree", "6", "--classes", "4", "--feature-dim", "8"]) == 0
     capsys.readouterr()
@@ -75,10 +75,16 @@ def test_info_prints_statistics_and_verifies_checksums(tmp_path, capsys):
     assert sum(st["class_histogram"]) == 400 and len(st["class_histogram"]) == 4
     assert st["splits"] == {"train": 200, "val": 80, "test": 120}
     assert info["checksums_ok"] and "checksums" not in info["meta"]
-    # A changed array is caught.
+    # A changed small array is caught on every open ...
     lab = np.load(tmp_path / "g" / "labels.npy")
     lab[0] = (lab[0] + 1) % 4
     np.save(tmp_path / "g" / "labels.npy", lab)
+    assert cli(["info", str(tmp_path / "g")]) == 1
+    assert "labels.npy: checksum differs from meta.json" in capsys.readouterr().err
+    # ... a big one (here: every file counts as big) by --verify-checksums.
+    monkeypatch.setattr("gnnflow.data.store.SMALL_FILE", 0)
+    assert cli(["info", str(tmp_path / "g")]) == 0
+    capsys.readouterr()
     assert cli(["info", str(tmp_path / "g"), "--verify-checksums"]) == 1
     assert "checksum mismatch in labels.npy" in capsys.readouterr().err
 
@@ -137,3 +143,61 @@ def test_bad_label_count(tmp_path, capsys):
 
 def test_bad_options_are_one_line(tmp_path, capsys):
     _fails(tmp_path, capsys, ["prepare", "synthetic", "--homophily", "2"], "--homophily")
+
+
+def _prepare_import_fails(tmp_path, needle):
+    """The real command: exit 1, one error line naming the file, no output directory."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "out"
+    proc = subprocess.run([sys.executable, "-m", "gnnflow.cli", "prepare", "import",
+                           str(tmp_path / "in"), "--out", str(out)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1, proc.stderr
+    errors = [ln for ln in proc.stderr.splitlines() if "error" in ln]
+    assert len(errors) == 1 and errors[0].startswith("gnnflow prepare: error: "), proc.stderr
+    assert needle in errors[0], errors[0]
+    assert not out.exists() and not [p for p in tmp_path.iterdir() if p.name.startswith(".out")]
+
+
+@pytest.mark.parametrize("bad", ["nan", "overflow", "empty-train", "unlabelled-train", "no-labels"])
+def test_bad_values_refused(tmp_path, bad):
+    d = tmp_path / "in"
+    _byo(d)
+    if bad in ("nan", "overflow"):
+        x = np.load(d / "features.npy").astype(np.float64)
+        x[7, 2] = np.nan if bad == "nan" else 1e300  # 1e300 is inf in float32
+        np.save(d / "features.npy", x)
+        _prepare_import_fails(tmp_path, f"{d / 'features.npy'}: row 7, column 2 is "
+                                        f"{'nan' if bad == 'nan' else 'inf'}; features must be finite")
+    elif bad == "empty-train":
+        np.save(d / "train_idx.npy", np.zeros(0, dtype=np.int64))
+        _prepare_import_fails(tmp_path, f"{d / 'train_idx.npy'}: the training split is empty")
+    elif bad == "unlabelled-train":
+        y = np.load(d / "labels.npy")
+        y[[4, 6]] = -1  # vertices 4 and 6 are in train_idx = 0..9
+        np.save(d / "labels.npy", y)
+        _prepare_import_fails(tmp_path, f"{d / 'labels.npy'}: training vertex 4 has no label (-1) "
+                                        "(2 of 10 training vertices)")
+    else:  # no labels and no split files: the random split has nothing to draw from
+        for f in ("labels.npy", "train_idx.npy", "val_idx.npy", "test_idx.npy"):
+            (d / f).unlink()
+        _prepare_import_fails(tmp_path, f"{d} (no labels.npy: every vertex is unlabelled): "
+                                        "the training split is empty")
+
+
+def test_feature_check_is_blockwise(tmp_path):
+    """The NaN scan reads a block at a time and still names the global row."""
+    from gnnflow.data.store import check_finite_blocks
+    from gnnflow.errors import GnnflowError
+    from gnnflow.io import row_chunks
+
+    x = np.zeros((1000, 4), dtype=np.float32)
+    x[777, 3] = -np.inf
+    np.save(tmp_path / "x.npy", x)
+    mm = np.load(tmp_path / "x.npy", mmap_mode="r")
+    blocks = list(row_chunks(mm, chunk_bytes=4 * 4 * 100))
+    assert len(blocks) == 10 and all(b.shape[0] == 100 for _, b in blocks)
+    with pytest.raises(GnnflowError, match="x: row 777, column 3 is -inf"):
+        check_finite_blocks(row_chunks(mm, chunk_bytes=1600), "x")

@@ -5,6 +5,8 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import math
+import mmap
 import os
 import platform
 import shutil
@@ -128,3 +130,34 @@ def _plain_progress(iterable: Iterable[T], desc: str, total: int | None) -> Iter
         if step and i % step == 0:
             log.info("%s: %d/%d (%.1fs)", desc, i, total, time.perf_counter() - t0)
     log.info("%s: done, %d items in %.1fs", desc, i, time.perf_counter() - t0)
+
+
+def release_pages(*arrays: Any) -> None:
+    """Drop the resident pages of memory-mapped arrays (they stay in the page cache).
+
+    Streaming a large store part by part would otherwise keep every touched page
+    of it in this process's resident set.
+    """
+    for arr in arrays:
+        m = getattr(arr, "_mmap", None)
+        if m is None:
+            base = getattr(arr, "base", None)  # a view of a memmap
+            m = getattr(base, "_mmap", None) if base is not None else None
+        if isinstance(m, mmap.mmap) and hasattr(m, "madvise"):
+            try:
+                m.madvise(mmap.MADV_DONTNEED)
+            except (OSError, ValueError):  # pragma: no cover - platform without it
+                pass
+
+
+def row_chunks(arr: Any, chunk_bytes: int = 64 << 20, desc: str | None = None) -> Iterator[tuple[int, Any]]:
+    """``(start, arr[start:stop])`` blocks of about ``chunk_bytes``, dropping a memory
+    map's pages after each block, so a scan of a huge array holds one block resident.
+    With ``desc`` a progress bar counts the blocks."""
+    n = int(arr.shape[0])
+    row_bytes = max(1, int(arr.itemsize) * math.prod(int(d) for d in arr.shape[1:]))
+    step = max(1, chunk_bytes // row_bytes)
+    starts = range(0, n, step)
+    for start in (progress(starts, desc=desc) if desc else starts):
+        yield start, arr[start:start + step]
+        release_pages(arr)

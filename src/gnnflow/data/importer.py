@@ -93,7 +93,7 @@ def read_import_dir(directory: str | os.PathLike[str], *, symmetrize: bool = Tru
         except json.JSONDecodeError as exc:
             raise GnnflowError(f"{d / 'graph.json'}: not valid JSON ({exc})") from None
     src, dst = load_edge_list(edge_file)
-    features = load_npy(d / "features.npy") if (d / "features.npy").exists() else None
+    features = load_npy(d / "features.npy", mmap=True) if (d / "features.npy").exists() else None
     labels = load_npy(d / "labels.npy") if (d / "labels.npy").exists() else None
     if "num_nodes" in graph:
         n = int(graph["num_nodes"])
@@ -127,17 +127,24 @@ def read_import_dir(directory: str | os.PathLike[str], *, symmetrize: bool = Tru
         raise GnnflowError(f"{d / 'graph.json'}: num_classes {num_classes} <= largest label "
                            f"{int(labels.max())}")
     splits, split_how = _read_split(d, n, labels, train_frac, val_frac, seed)
+    labels_file = str(d / "labels.npy") if (d / "labels.npy").exists() else \
+        f"{d} (no labels.npy: every vertex is unlabelled)"
+    # a random split is drawn from the labelled vertices
+    train_file = next((str(f) for f in (d / "train_idx.npy", d / "train_mask.npy") if f.exists()),
+                      labels_file)
     # One-way when either the caller (--directed) or graph.json asks for it.
     directed = (not symmetrize) or bool(graph.get("directed", False))
     indptr, indices = build_csr(src, dst, n, symmetrize=not directed, what=str(edge_file))
     return {
         "name": str(graph.get("name") or d.name), "source": "import",
         "indptr": indptr, "indices": indices,
-        "features": None if features is None else features.astype(np.float32),
+        "features": features,  # converted to float32 block by block by write_store
         "labels": labels, "train_idx": splits["train"], "val_idx": splits["val"],
         "test_idx": splits["test"], "num_classes": max(num_classes, 1), "directed": directed,
         "meta": {"import_dir": str(d), "edge_file": edge_file.name, "split": split_how,
                  "symmetrized": not directed, "random_features": False},
+        "inputs": {"features": str(d / "features.npy"), "labels": labels_file,
+                   "train_idx": train_file},
     }
 
 

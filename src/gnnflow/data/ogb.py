@@ -206,6 +206,9 @@ def read_ogb_homogeneous(root: Path, name: str, symmetrize: bool = True) -> dict
         "directed": not symmetrize, "extra_arrays": extra,
         "meta": {"symmetrized": symmetrize, "random_features": False,
                  "ogb": {"split": info["split"], "version": info["version"], "url": info["url"]}},
+        "inputs": {"features": str(root / "raw" / ("data.npz" if binary else "node-feat.csv.gz")),
+                   "labels": str(root / "raw" / ("node-label.npz" if binary else "node-label.csv.gz")),
+                   "train_idx": str(split_dir)},
     }
 
 

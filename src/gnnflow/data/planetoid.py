@@ -113,6 +113,8 @@ def read_planetoid(raw_dir: str | os.PathLike[str], name: str) -> dict[str, Any]
         "num_classes": int(onehot.shape[1]), "directed": False,
         "meta": {"split": "public (Kipf & Welling 2017)", "random_features": False,
                  "symmetrized": True, "raw_dir": str(raw_dir)},
+        "inputs": {"features": f"{files['allx']} / {files['tx']}",
+                   "labels": f"{files['ally']} / {files['ty']}", "train_idx": str(files["y"])},
     }
 
 

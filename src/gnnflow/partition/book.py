@@ -26,7 +26,6 @@ touches another part's data.
 from __future__ import annotations
 
 import json
-import mmap
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from gnnflow.errors import StoreError
+from gnnflow.io import release_pages  # noqa: F401  (re-exported: partition modules import it from here)
 
 FORMAT = "gnnflow-partition-book"
 VERSION = 1
@@ -211,21 +211,6 @@ class PartitionBook:
 
     def __repr__(self) -> str:
         return f"PartitionBook({str(self.path)!r}, method={self.method!r}, num_parts={self.num_parts})"
-
-
-def release_pages(*arrays: Any) -> None:
-    """Drop the resident pages of memory-mapped arrays (they stay in the page cache).
-
-    Streaming a large store part by part would otherwise keep every touched page
-    of it in this process's resident set.
-    """
-    for arr in arrays:
-        m = getattr(arr, "_mmap", None)
-        if isinstance(m, mmap.mmap) and hasattr(m, "madvise"):
-            try:
-                m.madvise(mmap.MADV_DONTNEED)
-            except (OSError, ValueError):  # pragma: no cover - platform without it
-                pass
 
 
 def gather_rows(indptr: np.ndarray, indices: np.ndarray, rows: np.ndarray,
