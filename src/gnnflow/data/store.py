@@ -174,7 +174,7 @@ def _check(cond: bool, file: Path, problem: str) -> None:
 
 #: Recorded checksums of files up to this size are recomputed on every open; bigger
 #: files (indices, features, indptr of large graphs) by ``gnnflow check`` only.
-SMALL_FILE = 4 << 20
+SMALL_FILE = 1 << 20
 
 #: meta.json keys that, with the recorded checksums, identify a store's content.
 FINGERPRINT_KEYS = ("num_nodes", "num_edges", "num_classes", "feature_dim", "directed")
@@ -191,7 +191,7 @@ def store_fingerprint(meta: dict[str, Any]) -> str | None:
     return hashlib.sha256(json.dumps(basis, sort_keys=True).encode()).hexdigest()
 
 
-def validate_store(s: GraphStore) -> None:
+def validate_store(s: GraphStore, checksums: bool = True) -> None:
     """The checks every open runs, in time independent of the graph's size except for
     small files: meta keys, dtypes and shapes of every array (file sizes were checked
     against the headers on load), the CSR's ends, split sizes, checksums of files up to
@@ -229,13 +229,11 @@ def validate_store(s: GraphStore) -> None:
         _check(s.extra["node_type"].shape == (n,), p / "node_type.npy", f"must have {n} entries")
     if "edge_type" in s.extra:
         _check(s.extra["edge_type"].shape == (m,), p / "edge_type.npy", f"must have {m} entries")
-    sums = s.meta.get("checksums", {})
-    for fname, digest in sorted(sums.items()):
-        f = p / fname
-        _check(f.exists(), f, "missing file listed in meta.json checksums (re-run `gnnflow prepare`)")
-        if f.stat().st_size <= SMALL_FILE:
-            _check(sha256_file(f) == digest, f, "checksum differs from meta.json; the file was "
-                   "modified or damaged (re-run `gnnflow prepare`)")
+    if not checksums:
+        return
+    bad = checksum_problems(p, s.meta.get("checksums", {}), max_size=SMALL_FILE)
+    if bad:
+        raise StoreError(bad[0])
     if "fingerprint" in s.meta:
         _check(store_fingerprint(s.meta) == s.meta["fingerprint"], p / "meta.json",
                "fingerprint does not match the counts and checksums it records; meta.json was edited")
@@ -308,17 +306,8 @@ def scan_store(s: GraphStore, *, checksums: bool = True, features: bool = True,
         except GnnflowError as exc:
             problems.append(str(exc))
     if checksums:
-        from gnnflow.io import progress
-
         sums = s.meta.get("checksums", {})
-        items = sorted(sums.items())
-        for fname, digest in (progress(items, desc="checksums") if show_progress else items):
-            f = p / fname
-            if not f.exists():
-                problems.append(f"{f}: missing file listed in meta.json checksums")
-            elif sha256_file(f) != digest:
-                problems.append(f"{f}: checksum differs from meta.json; the file was modified "
-                                "or damaged (re-run `gnnflow prepare`)")
+        problems += checksum_problems(p, sums, show_progress=show_progress)
         if not sums:
             problems.append(f"{p / 'meta.json'}: records no checksums (store written without them)")
         elif "fingerprint" in s.meta and store_fingerprint(s.meta) != s.meta["fingerprint"]:
@@ -331,7 +320,7 @@ def check_store(path: str | os.PathLike[str], show_progress: bool = True) -> lis
     homogenized typed store, the type arrays; the problems found, one line each."""
     try:
         store = open_store(path, validate=False)
-        validate_store(store)
+        validate_store(store, checksums=False)  # the scan recomputes every checksum
     except StoreError as exc:
         return [str(exc)]
     problems, _ = scan_store(store, show_progress=show_progress)
@@ -345,15 +334,51 @@ def check_store(path: str | os.PathLike[str], show_progress: bool = True) -> lis
     return problems
 
 
-def sha256_file(path: Path, chunk: int = 1 << 24) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while True:
-            b = fh.read(chunk)
-            if not b:
-                break
-            h.update(b)
-    return h.hexdigest()
+def checksum_problems(root: Path, sums: dict[str, str], *, max_size: int | None = None,
+                      prefix: str = "", rerun: str = "gnnflow prepare",
+                      show_progress: bool = False) -> list[str]:
+    """Recompute the recorded sha256 of files under ``root`` (those whose relative name
+    starts with ``prefix``; with ``max_size`` only files up to that size) and return one
+    line per missing or changed file."""
+    items = sorted((k, v) for k, v in sums.items() if k.startswith(prefix))
+    present = [(root / k, v) for k, v in items if (root / k).exists()]
+    if max_size is not None:
+        present = [(f, v) for f, v in present if f.stat().st_size <= max_size]
+    digests = sha256_files([f for f, _ in present], show_progress=show_progress)
+    problems = []
+    for fname, digest in items:
+        f = root / fname
+        if not f.exists():
+            problems.append(f"{f}: missing file listed in meta.json checksums (re-run `{rerun}`)")
+        elif f in digests and digests[f] != digest:
+            problems.append(f"{f}: checksum differs from meta.json; the file was modified or "
+                            f"damaged (re-run `{rerun}`)")
+    return problems
+
+
+def sha256_files(files: list[Path], chunk: int = 1 << 24,
+                 show_progress: bool = False) -> dict[Path, str]:
+    """sha256 of each file, read ``chunk`` bytes at a time (a progress bar over bytes)."""
+    from gnnflow.io import progress
+
+    pieces = [(f, off) for f in files for off in range(0, max(1, f.stat().st_size), chunk)]
+    hashes = {f: hashlib.sha256() for f in files}
+    current: tuple[Path, Any] | None = None  # pieces come file by file: one open at a time
+    try:
+        for f, _off in (progress(pieces, desc="checksums") if show_progress else pieces):
+            if current is None or current[0] != f:
+                if current is not None:
+                    current[1].close()
+                current = (f, open(f, "rb"))  # noqa: SIM115  (closed here or below)
+            hashes[f].update(current[1].read(chunk))
+    finally:
+        if current is not None:
+            current[1].close()
+    return {f: h.hexdigest() for f, h in hashes.items()}
+
+
+def sha256_file(path: Path) -> str:
+    return sha256_files([path])[path]
 
 
 def split_problems(n: int, labels: np.ndarray, train_idx: np.ndarray, num_classes: int,
