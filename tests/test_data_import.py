@@ -201,3 +201,72 @@ def test_feature_check_is_blockwise(tmp_path):
     assert len(blocks) == 10 and all(b.shape[0] == 100 for _, b in blocks)
     with pytest.raises(GnnflowError, match="x: row 777, column 3 is -inf"):
         check_finite_blocks(row_chunks(mm, chunk_bytes=1600), "x")
+
+
+def _kipf_row_normalize(x):
+    """Kipf & Welling's preprocess_features: D^-1 X with 1/0 -> 0."""
+    with np.errstate(divide="ignore"):
+        r_inv = np.power(x.sum(1), -1.0)
+    r_inv[np.isinf(r_inv)] = 0.0
+    return x * r_inv[:, None]
+
+
+@pytest.mark.parametrize("sparse", [False, True])
+def test_normalize_features_and_sparse_input(tmp_path, capsys, monkeypatch, sparse):
+    import scipy.sparse as sp
+
+    monkeypatch.setattr("gnnflow.data.store.FEATURE_BLOCK_BYTES", 5 * 4 * 7)  # 7 rows a block
+    _byo(tmp_path / "in")
+    rng = np.random.default_rng(3)
+    x = (rng.random((30, 5)) < 0.4) * rng.integers(1, 4, (30, 5)).astype(np.float64)
+    x[[3, 11]] = 0  # all-zero rows stay zero
+    (tmp_path / "in" / "features.npy").unlink()
+    if sparse:
+        sp.save_npz(tmp_path / "in" / "features.npz", sp.csr_matrix(x))
+    else:
+        np.save(tmp_path / "in" / "features.npy", x)
+    for norm in ("none", "row"):
+        out = tmp_path / f"g-{norm}"
+        assert cli(["prepare", "import", str(tmp_path / "in"), "--out", str(out),
+                    "--normalize-features", norm]) == 0
+        s = open_store(out)
+        assert s.features.dtype == np.float32 and s.meta["feature_normalization"] == norm
+        want = _kipf_row_normalize(x) if norm == "row" else x
+        np.testing.assert_allclose(s.features, want, rtol=1e-6)
+        assert s.meta["feature_file"] == ("features.npz" if sparse else "features.npy")
+    assert np.all(open_store(tmp_path / "g-row").features[[3, 11]] == 0)
+    np.testing.assert_allclose(open_store(tmp_path / "g-row").features.sum(1)[x.sum(1) > 0], 1, rtol=1e-6)
+
+
+def test_row_normalization_needs_non_negative_features(tmp_path):
+    _byo(tmp_path / "in")  # standard-normal features
+    import subprocess
+    import sys
+
+    out = tmp_path / "out"
+    proc = subprocess.run([sys.executable, "-m", "gnnflow.cli", "prepare", "import",
+                           str(tmp_path / "in"), "--out", str(out), "--normalize-features", "row"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1 and not out.exists()
+    err = proc.stderr.strip()
+    assert err.count("\n") == 0 and "features.npy: row 0 has a negative value" in err, err
+
+
+def test_normalize_features_offered_by_every_source():
+    import argparse
+
+    from gnnflow.data import cli_prepare
+
+    parser = argparse.ArgumentParser()
+    cli_prepare.add_arguments(parser)
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    for source, p in sub.choices.items():
+        assert any("--normalize-features" in a.option_strings for a in p._actions), source
+
+
+def test_bad_sparse_features(tmp_path, capsys):
+    _byo(tmp_path / "in")
+    (tmp_path / "in" / "features.npy").rename(tmp_path / "in" / "x.npy")
+    np.savez(tmp_path / "in" / "features.npz", a=np.zeros(3))  # not save_npz's layout
+    _fails(tmp_path, capsys, ["prepare", "import", str(tmp_path / "in")],
+           "features.npz: cannot read as a scipy sparse matrix .npz")

@@ -155,7 +155,7 @@ def row_chunks(arr: Any, chunk_bytes: int = 64 << 20, desc: str | None = None) -
     map's pages after each block, so a scan of a huge array holds one block resident.
     With ``desc`` a progress bar counts the blocks."""
     n = int(arr.shape[0])
-    row_bytes = max(1, int(arr.itemsize) * math.prod(int(d) for d in arr.shape[1:]))
+    row_bytes = max(1, int(arr.dtype.itemsize) * math.prod(int(d) for d in arr.shape[1:]))
     step = max(1, chunk_bytes // row_bytes)
     starts = range(0, n, step)
     for start in (progress(starts, desc=desc) if desc else starts):

@@ -388,12 +388,13 @@ def homogenize(hg: HeteroGraph, *, reverse_edges: bool = True, feature_fill: str
 def write_hetero_store(hg: HeteroGraph, out: str | os.PathLike[str], *, overwrite: bool = False,
                        reverse_edges: bool = True, feature_fill: str = "neighbor-mean",
                        seed: int = 0, source: str = "hetero",
-                       meta: dict[str, Any] | None = None) -> GraphStore:
+                       meta: dict[str, Any] | None = None,
+                       normalize_features: str = "none") -> GraphStore:
     """Homogenize ``hg`` and write it as a graph store (atomically)."""
     data = homogenize(hg, reverse_edges=reverse_edges, feature_fill=feature_fill, seed=seed,
                       source=source)
     data["meta"].update(meta or {})
-    store = write_store(out, overwrite=overwrite, **data)
+    store = write_store(out, overwrite=overwrite, normalize_features=normalize_features, **data)
     validate_hetero(store)
     return store
 

@@ -256,7 +256,8 @@ def read_ogb_hetero(root: Path, name: str) -> HeteroGraph:
 def prepare_ogb(dataset: str, out: str | os.PathLike[str], *, raw_dir: Path | None = None,
                 symmetrize: bool = True, reverse_edges: bool = True,
                 feature_fill: str = "neighbor-mean", seed: int = 0, overwrite: bool = False,
-                url: str | None = None, name: str | None = None) -> GraphStore:
+                url: str | None = None, name: str | None = None,
+                normalize_features: str = "none") -> GraphStore:
     """Find (or download) the OGB node-property ``dataset`` and write it as a graph store."""
     info = ogb_info(dataset)
     root = find_raw_root(dataset, Path(raw_dir) if raw_dir is not None else None, url=url)
@@ -266,10 +267,10 @@ def prepare_ogb(dataset: str, out: str | os.PathLike[str], *, raw_dir: Path | No
         hg.name = name or dataset
         return write_hetero_store(
             hg, out, overwrite=overwrite, reverse_edges=reverse_edges, feature_fill=feature_fill,
-            seed=seed, source="ogb",
+            seed=seed, source="ogb", normalize_features=normalize_features,
             meta={"random_features": False, "raw_dir": str(root), "ogb": ogb_meta},
         )
     data = read_ogb_homogeneous(root, dataset, symmetrize=symmetrize)
     data["name"] = name or dataset
     data["meta"]["raw_dir"] = str(root)
-    return write_store(out, overwrite=overwrite, **data)
+    return write_store(out, overwrite=overwrite, normalize_features=normalize_features, **data)

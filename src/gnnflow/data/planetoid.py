@@ -120,9 +120,9 @@ def read_planetoid(raw_dir: str | os.PathLike[str], name: str) -> dict[str, Any]
 
 def prepare_planetoid(dataset: str, out: str | os.PathLike[str], *,
                       raw_dir: str | os.PathLike[str], overwrite: bool = False,
-                      name: str | None = None) -> GraphStore:
+                      name: str | None = None, normalize_features: str = "none") -> GraphStore:
     """Convert Cora/CiteSeer/PubMed from ``raw_dir`` and write a graph store."""
     data = read_planetoid(raw_dir, dataset)
     if name:
         data["name"] = name
-    return write_store(out, overwrite=overwrite, **data)
+    return write_store(out, overwrite=overwrite, normalize_features=normalize_features, **data)

@@ -83,7 +83,7 @@ def prepare_snap(out: str | os.PathLike[str], *, dataset: str | None = None,
                  symmetrize: bool = True, feature_dim: int = 128, num_classes: int = 16,
                  train_frac: float = 0.65, val_frac: float = 0.10, seed: int = 0,
                  overwrite: bool = False, name: str | None = None,
-                 url: str | None = None) -> GraphStore:
+                 url: str | None = None, normalize_features: str = "none") -> GraphStore:
     """Read (or download) a SNAP edge list, add random features/labels, write a store."""
     if (dataset is None) == (file is None):
         raise ConfigError("give either a SNAP graph name or --file PATH (not both)")
@@ -113,6 +113,7 @@ def prepare_snap(out: str | os.PathLike[str], *, dataset: str | None = None,
             val_idx=np.sort(perm[n_tr : n_tr + n_va]), test_idx=np.sort(perm[n_tr + n_va :]),
             num_classes=num_classes, directed=not symmetrize,
             extra_arrays={"orig_id": g["orig_id"]}, overwrite=overwrite,
+            normalize_features=normalize_features,
             meta={"random_features": True, "random_labels": True, "symmetrized": symmetrize,
                   "raw_file": str(path), "seed": seed},
         )

@@ -413,12 +413,14 @@ def check_finite_blocks(blocks: Any, what: str) -> None:
 
 
 NORMALIZATIONS = ("none", "row")
+#: Features are converted, checked and normalized this many bytes of rows at a time.
+FEATURE_BLOCK_BYTES = 64 << 20
 
 
 def _write_features(dst: Path, features: Any, normalize: str, what: str) -> int:
-    """Write ``features`` (an array, or the path of a float32 ``.npy`` that is consumed)
-    as float32 ``dst`` block by block: checked finite, optionally row-normalized.
-    Returns the feature dim."""
+    """Write ``features`` (an array, a scipy sparse matrix, or the path of a float32 ``.npy``
+    that is consumed) as dense float32 ``dst`` block by block: checked finite, optionally
+    row-normalized.  Returns the feature dim."""
     from gnnflow.io import row_chunks
 
     if normalize not in NORMALIZATIONS:
@@ -429,17 +431,19 @@ def _write_features(dst: Path, features: Any, normalize: str, what: str) -> int:
         arr = np.load(dst, mmap_mode="r")
         if arr.dtype != np.float32 or arr.ndim != 2:
             raise StoreError(f"{src_path}: features must be 2-D float32, got {arr.dtype} {arr.shape}")
-        check_finite_blocks(row_chunks(arr), what)
+        check_finite_blocks(row_chunks(arr, FEATURE_BLOCK_BYTES), what)
         return int(arr.shape[1])
     src = np.load(src_path, mmap_mode="r") if src_path is not None else features
-    if src.ndim != 2:
+    if len(src.shape) != 2:
         raise GnnflowError(f"{what}: features must be a 2-D matrix [N, D], got shape {src.shape}")
     header = {"descr": np.lib.format.dtype_to_descr(np.dtype(np.float32)), "fortran_order": False,
               "shape": (int(src.shape[0]), int(src.shape[1]))}
     with open(dst, "wb") as fh:
         np.lib.format.write_array_header_1_0(fh, header)
-        for start, blk in row_chunks(src):
-            blk = np.array(blk, dtype=np.float32)  # a copy: normalized in place
+        for start, blk in row_chunks(src, FEATURE_BLOCK_BYTES):
+            # a dense float32 copy (normalized in place); a sparse block is densified here
+            blk = blk.toarray().astype(np.float32) if hasattr(blk, "toarray") else \
+                np.array(blk, dtype=np.float32)
             check_finite_blocks([(start, blk)], what)
             if normalize == "row":
                 row_normalize_(blk, start, what)
