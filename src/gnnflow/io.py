@@ -123,12 +123,15 @@ def progress(iterable: Iterable[T], desc: str, total: int | None = None) -> Iter
 
 def _plain_progress(iterable: Iterable[T], desc: str, total: int | None) -> Iterator[T]:
     step = max(1, (total or 0) // 10) if total else None
-    t0 = time.perf_counter()
+    t0 = last = time.perf_counter()
     i = 0
     for i, item in enumerate(iterable, 1):
         yield item
         if step and i % step == 0:
             log.info("%s: %d/%d (%.1fs)", desc, i, total, time.perf_counter() - t0)
+        elif not step and time.perf_counter() - last >= 10:  # unknown length: every 10 s
+            last = time.perf_counter()
+            log.info("%s: %d so far (%.1fs)", desc, i, last - t0)
     log.info("%s: done, %d items in %.1fs", desc, i, time.perf_counter() - t0)
 
 

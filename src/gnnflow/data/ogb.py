@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from gnnflow.data.csr import build_csr
+from gnnflow.data.arrays import scratch_dir
 from gnnflow.data.download import default_cache_dir, download, extract_zip
 from gnnflow.data.hetero import HeteroGraph, write_hetero_store
 from gnnflow.data.safe_load import load_torch_arrays
@@ -160,54 +160,119 @@ def _read_split(split_dir: Path) -> dict[str, np.ndarray]:
     return out
 
 
-def read_ogb_homogeneous(root: Path, name: str, symmetrize: bool = True) -> dict[str, Any]:
-    """Keyword arguments for ``write_store`` from a homogeneous OGB dataset root."""
-    from ogb.io.read_graph_raw import read_binary_graph_raw, read_csv_graph_raw
+def _read_csv(path: Path) -> np.ndarray:
+    """A small headerless OGB csv, whole (per-vertex or per-graph files)."""
+    import pandas as pd
+
+    return pd.read_csv(path, compression="gzip", header=None).values
+
+
+def _ogb_dtype(values: np.ndarray) -> np.ndarray:
+    """OGB's reader rule: integer columns to int64, others to float32."""
+    return values.astype(np.int64) if "int" in str(values.dtype) else values.astype(np.float32)
+
+
+#: Rows of node-feat.csv.gz parsed at a time.
+_FEATURE_CHUNK_ROWS = 1 << 16
+
+
+def _csv_features(path: Path, num_nodes: int, out: Path) -> Path:
+    """``node-feat.csv.gz`` read in chunks into a float32 ``.npy`` (converted as OGB's reader
+    and gnnflow always did: pandas' parse, OGB's dtype rule, then float32)."""
+    import pandas as pd
+
+    from gnnflow.data.arrays import NpyRowWriter
+    from gnnflow.io import progress
+
+    writer = None
+    chunk_rows = _FEATURE_CHUNK_ROWS
+    reader = pd.read_csv(path, compression="gzip", header=None, chunksize=chunk_rows)
+    for chunk in progress(reader, desc=f"reading {path.name}", total=-(-num_nodes // chunk_rows)):
+        block = _ogb_dtype(chunk.values)
+        if writer is None:
+            writer = NpyRowWriter(out, (num_nodes, block.shape[1]), np.float32)
+        writer.write(block)
+    if writer is None:
+        raise GnnflowError(f"{path}: no feature rows")
+    return writer.close(str(path))
+
+
+def read_ogb_homogeneous(root: Path, name: str, workdir: Path,
+                         symmetrize: bool = True) -> dict[str, Any]:
+    """Keyword arguments for ``write_store`` from a homogeneous OGB dataset root, streamed:
+    edges (``raw/edge.csv.gz`` or ``edge_index`` of ``raw/data.npz``) are read in chunks
+    into an on-disk CSR build, features in row blocks into ``workdir``; only per-vertex
+    arrays (labels, years) are held whole.  Big arrays are returned as ``.npy`` paths."""
+    from gnnflow.data.arrays import NpyRowWriter, iter_npz_edge_index, iter_npz_rows
+    from gnnflow.data.external_csr import ExternalCSRBuilder
 
     info = ogb_info(name)
     binary = info["binary"] == "True"
     split_dir = root / "split" / info["split"]
+    raw = root / "raw"
     log.info("reading OGB %s raw files in %s", name, root)
+    features = None
+    extra: dict[str, Any] = {}
     with _ogb_errors(root, name):
         if binary:
             _require(root, "raw/node-label.npz", name)
-            graph = read_binary_graph_raw(str(root / "raw"))[0]
-            labels = _labels_1d(np.load(root / "raw" / "node-label.npz")["node_label"])
+            with np.load(raw / "data.npz") as z:  # lazy: only the small members are read here
+                keys = set(z.files)
+                n = int(np.asarray(z["num_nodes_list"]).sum())
+                m = int(np.asarray(z["num_edges_list"]).sum())
+                if "node_year" in keys:
+                    extra["node_year"] = _ogb_dtype(z["node_year"]).reshape(-1).astype(np.int64)
+            edges = iter_npz_edge_index(raw / "data.npz")
+            if "node_feat" in keys:
+                rows = iter_npz_rows(raw / "data.npz", "node_feat")
+                first = next(rows)
+                writer = NpyRowWriter(workdir / "features.npy", (n, first.shape[1]), np.float32)
+                writer.write(first)
+                for block in rows:
+                    writer.write(block)
+                features = writer.close(f"{raw / 'data.npz'}:node_feat")
+            labels = _labels_1d(np.load(raw / "node-label.npz")["node_label"])
         else:
             for rel in ("raw/num-node-list.csv.gz", "raw/num-edge-list.csv.gz",
-                        "raw/node-label.csv.gz"):
+                        "raw/node-label.csv.gz", "raw/edge.csv.gz"):
                 _require(root, rel, name)
+            n_list = _read_csv(raw / "num-node-list.csv.gz").reshape(-1)
+            if n_list.shape[0] != 1:
+                raise GnnflowError(f"{raw / 'num-node-list.csv.gz'}: {n_list.shape[0]} graphs; "
+                                   "a node-property dataset has one")
+            n = int(n_list[0])
+            m = int(_read_csv(raw / "num-edge-list.csv.gz").reshape(-1).sum())
+            from gnnflow.data.arrays import iter_text_edges
+
+            edges = iter_text_edges(raw / "edge.csv.gz", total_rows=m)
+            if (raw / "node-feat.csv.gz").exists():
+                features = _csv_features(raw / "node-feat.csv.gz", n, workdir / "features.npy")
             extra_files = [] if info["additional node files"] == "None" else \
                 info["additional node files"].split(",")
-            extra_files = [f for f in extra_files if (root / "raw" / f"{f}.csv.gz").exists()]
-            graph = read_csv_graph_raw(str(root / "raw"), add_inverse_edge=False,
-                                       additional_node_files=extra_files)[0]
-            import pandas as pd
-
-            labels = _labels_1d(pd.read_csv(root / "raw" / "node-label.csv.gz",
-                                            compression="gzip", header=None).values)
+            if "node_year" in extra_files and (raw / "node_year.csv.gz").exists():
+                extra["node_year"] = _ogb_dtype(_read_csv(raw / "node_year.csv.gz")).reshape(-1).astype(np.int64)
+            labels = _labels_1d(_read_csv(raw / "node-label.csv.gz"))
         split = _read_split(split_dir)
-    n = int(graph["num_nodes"])
-    if labels.shape[0] != n:
-        raise GnnflowError(f"{root}/raw: {labels.shape[0]} labels for {n} vertices")
-    edge_index = graph["edge_index"]
-    log.info("%s: %d vertices, %d raw edges; building CSR", name, n, edge_index.shape[1])
-    indptr, indices = build_csr(edge_index[0], edge_index[1], n, symmetrize=symmetrize,
-                                what=f"{root}/raw edges")
-    feats = graph.get("node_feat")
-    extra = {}
-    if graph.get("node_year") is not None:
-        extra["node_year"] = np.asarray(graph["node_year"]).reshape(-1).astype(np.int64)
+        if labels.shape[0] != n:
+            raise GnnflowError(f"{root}/raw: {labels.shape[0]} labels for {n} vertices")
+        log.info("%s: %d vertices, %d raw edges; building the CSR on disk", name, n, m)
+        builder = ExternalCSRBuilder(n, workdir, symmetrize=symmetrize, expected_edges=m,
+                                     what=f"{root}/raw edges")
+        for src, dst in edges:
+            builder.add(src, dst)
+        if builder.raw_edges != m:
+            raise GnnflowError(f"{raw}: {builder.raw_edges} edges read, the raw files say {m}")
+        builder.finish(workdir / "indptr.npy", workdir / "indices.npy")
     return {
-        "name": name, "source": "ogb", "indptr": indptr, "indices": indices,
-        "features": None if feats is None else np.asarray(feats, dtype=np.float32),
+        "name": name, "source": "ogb", "indptr": workdir / "indptr.npy",
+        "indices": workdir / "indices.npy", "features": features,
         "labels": labels, "train_idx": split["train"], "val_idx": split["valid"],
         "test_idx": split["test"], "num_classes": int(info["num classes"]),
         "directed": not symmetrize, "extra_arrays": extra,
         "meta": {"symmetrized": symmetrize, "random_features": False,
                  "ogb": {"split": info["split"], "version": info["version"], "url": info["url"]}},
-        "inputs": {"features": str(root / "raw" / ("data.npz" if binary else "node-feat.csv.gz")),
-                   "labels": str(root / "raw" / ("node-label.npz" if binary else "node-label.csv.gz")),
+        "inputs": {"features": str(raw / ("data.npz" if binary else "node-feat.csv.gz")),
+                   "labels": str(raw / ("node-label.npz" if binary else "node-label.csv.gz")),
                    "train_idx": str(split_dir)},
     }
 
@@ -270,7 +335,8 @@ def prepare_ogb(dataset: str, out: str | os.PathLike[str], *, raw_dir: Path | No
             seed=seed, source="ogb", normalize_features=normalize_features,
             meta={"random_features": False, "raw_dir": str(root), "ogb": ogb_meta},
         )
-    data = read_ogb_homogeneous(root, dataset, symmetrize=symmetrize)
-    data["name"] = name or dataset
-    data["meta"]["raw_dir"] = str(root)
-    return write_store(out, overwrite=overwrite, normalize_features=normalize_features, **data)
+    with scratch_dir(out, "convert") as work:
+        data = read_ogb_homogeneous(root, dataset, work, symmetrize=symmetrize)
+        data["name"] = name or dataset
+        data["meta"]["raw_dir"] = str(root)
+        return write_store(out, overwrite=overwrite, normalize_features=normalize_features, **data)

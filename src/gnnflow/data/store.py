@@ -467,13 +467,33 @@ def row_normalize_(blk: np.ndarray, start: int, what: str) -> None:
     np.divide(blk, sums, out=blk, where=sums > 0, casting="same_kind")
 
 
+ArrayOrFile = np.ndarray | str | os.PathLike[str]
+
+
+def _length(arr: ArrayOrFile) -> int:
+    if isinstance(arr, (str, os.PathLike)):
+        return npy_header(Path(arr))[0][0]
+    return int(len(arr))
+
+
+def _put(dst: Path, arr: ArrayOrFile, dtype: Any = None) -> None:
+    """Save ``arr`` as ``dst``, or move the ``.npy`` file it names there (a rename)."""
+    if isinstance(arr, (str, os.PathLike)):
+        shape, file_dtype, _ = npy_header(Path(arr))
+        if dtype is not None and file_dtype != np.dtype(dtype):
+            raise StoreError(f"{arr}: expected {np.dtype(dtype)}, got {file_dtype}")
+        shutil.move(os.fspath(arr), dst)
+    else:
+        np.save(dst, np.ascontiguousarray(arr, dtype=dtype))
+
+
 def write_store(
     out: str | os.PathLike[str],
     *,
     name: str,
     source: str,
-    indptr: np.ndarray,
-    indices: np.ndarray,
+    indptr: ArrayOrFile,
+    indices: ArrayOrFile,
     labels: np.ndarray,
     train_idx: np.ndarray,
     val_idx: np.ndarray,
@@ -481,7 +501,7 @@ def write_store(
     num_classes: int,
     directed: bool,
     features: np.ndarray | str | os.PathLike[str] | None = None,
-    extra_arrays: dict[str, np.ndarray] | None = None,
+    extra_arrays: dict[str, ArrayOrFile] | None = None,
     meta: dict[str, Any] | None = None,
     overwrite: bool = False,
     checksums: bool = True,
@@ -490,9 +510,11 @@ def write_store(
 ) -> GraphStore:
     """Write a graph store atomically, validated, and return it opened.
 
-    ``features`` is an array, or the path of an existing float32 ``.npy`` file
-    that is moved into the store (so a huge matrix written in chunks elsewhere
-    never has to be held in memory).  ``normalize_features="row"`` divides each
+    ``features``, ``indptr``, ``indices`` and the extra arrays may each be an
+    array or the path of an existing ``.npy`` file that is moved into the store
+    (so huge arrays written in chunks elsewhere, e.g. by
+    :class:`gnnflow.data.external_csr.ExternalCSRBuilder`, never have to be held
+    in memory).  ``normalize_features="row"`` divides each
     feature row by its sum.  ``inputs`` names the user file behind an array
     (``{"features": ".../features.npy"}``) for error messages.
 
@@ -503,14 +525,14 @@ def write_store(
     opening it later needs no scan.
     """
     names = {"features": "features", "labels": "labels", "train_idx": "train_idx", **(inputs or {})}
-    n = int(len(indptr) - 1)
+    n, m = _length(indptr) - 1, _length(indices)
     labels = np.ascontiguousarray(labels, dtype=np.int64)
     problems = split_problems(n, labels, train_idx, int(num_classes), names)
     if problems:
         raise GnnflowError(problems[0])
     with atomic_dir(out, overwrite=overwrite) as tmp:
-        np.save(tmp / "indptr.npy", np.ascontiguousarray(indptr, dtype=np.int64))
-        np.save(tmp / "indices.npy", np.ascontiguousarray(indices, dtype=np.int64))
+        _put(tmp / "indptr.npy", indptr, np.int64)
+        _put(tmp / "indices.npy", indices, np.int64)
         np.save(tmp / "labels.npy", labels)
         for split, arr in zip(SPLITS, (train_idx, val_idx, test_idx), strict=True):
             np.save(tmp / f"{split}.npy", np.ascontiguousarray(arr, dtype=np.int64))
@@ -519,14 +541,14 @@ def write_store(
             feature_dim = _write_features(tmp / "features.npy", features, normalize_features,
                                           names["features"])
         for key, arr in (extra_arrays or {}).items():
-            np.save(tmp / f"{key}.npy", np.ascontiguousarray(arr))
+            _put(tmp / f"{key}.npy", arr)
         full_meta: dict[str, Any] = {
             "format": FORMAT,
             "version": VERSION,
             "name": name,
             "source": source,
             "num_nodes": n,
-            "num_edges": int(len(indices)),
+            "num_edges": m,
             "directed": bool(directed),
             "feature_dim": feature_dim,
             "num_classes": int(num_classes),
