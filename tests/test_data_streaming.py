@@ -147,3 +147,66 @@ def test_ogb_streaming_is_byte_identical(tmp_path, small_chunks, binary, monkeyp
         assert s.num_classes == 172  # the table's; the reference says 40: meta only
     _same_files(s, ref)
     assert s.extra["node_year"].shape == (400,) and s.features.shape == (400, 6)
+
+
+# sha256 of every array written by the in-memory homogenization (commit c7273e0, before the
+# on-disk CSR build) for the fixtures below; the streaming conversion must write the same bytes.
+GOLDEN_HETERO = {
+    "mag": {
+        "edge_id.npy": "705641b6b42a098fa2830b3f58ec7b5ecea1e3263629179d4b62e0b4781a0e50",
+        "edge_type.npy": "339f0b5c1eaa24354bad24bdfb52ea28858162298f3cd709648eed243bad0a11",
+        "features.npy": "9cef58572b8824729035c0fb88c4604fed19405563660127170771755d6f0866",
+        "features_paper.npy": "31e9e312f40218a2bb7e824959c6ee991c5779aab39cc6333d93c65197ed408b",
+        "indices.npy": "12bbf652e1ad4b76052d7d9c5d42a9a98fc2a0bd7ba7458c6bc057e7f8c16ee7",
+        "indptr.npy": "9f9c53b31eacf12709ec05c1af6d4df05b1b1211297e97d0057faf5f285a9873",
+        "labels.npy": "06a6b20d6ab9c061ec5ce189fc3b5078d727800e35c85a06f12301412b4c6cf2",
+        "node_type.npy": "fdf6003d586bc6008d25e0a0b64739d1e443dfdfafe4d2b747a4d82c14b931db",
+        "test_idx.npy": "500e468b9050ba993aec657d72f7952045a03b920f7de3cec7ccf29ed44a288a",
+        "train_idx.npy": "7a69985ddc778b953e3a4bfdea54f749248173493218aae1693602b3e172c004",
+        "val_idx.npy": "26b4c71fa89f1d0484ae6119ec9aa373fd123e15c5f948fca3e0a6b5e8672834"
+    },
+    "mag_noreverse_zero": {
+        "edge_id.npy": "7528bd1fe5258d7c16b4a2d4db43cba63c5e300281f70b2ce520e79fb693f44f",
+        "edge_type.npy": "bce4608ed475b80c56908adf08afe711923c57a86f88052ba6286d0057bb16c2",
+        "features.npy": "1a7c23d4fce5c0eff8ecbbce7555bbef1608627ca39f8f0628796ec8fce55f86",
+        "features_paper.npy": "31e9e312f40218a2bb7e824959c6ee991c5779aab39cc6333d93c65197ed408b",
+        "indices.npy": "174a41bbde3c74855d22494f281bbc669936ca064a29a8ad3e7e0b9a0695bcec",
+        "indptr.npy": "cf5a3c1ab57c02895b9bd61801e30903b0c80df8a596b67e2471cdb04629878c",
+        "labels.npy": "06a6b20d6ab9c061ec5ce189fc3b5078d727800e35c85a06f12301412b4c6cf2",
+        "node_type.npy": "fdf6003d586bc6008d25e0a0b64739d1e443dfdfafe4d2b747a4d82c14b931db",
+        "test_idx.npy": "500e468b9050ba993aec657d72f7952045a03b920f7de3cec7ccf29ed44a288a",
+        "train_idx.npy": "7a69985ddc778b953e3a4bfdea54f749248173493218aae1693602b3e172c004",
+        "val_idx.npy": "26b4c71fa89f1d0484ae6119ec9aa373fd123e15c5f948fca3e0a6b5e8672834"
+    },
+    "synthetic_hetero": {
+        "edge_id.npy": "cd2794f9fb49ee7e5030ddd5ec098bd16fb35c5fdf1a27376bfaa535e7dc397c",
+        "edge_type.npy": "ad8ccbaeb63d5a382eec53b3cee3de52813141697ab48355f213d02a09474e07",
+        "features.npy": "39212fc44f3c8a192ac52f71d45de41a9b2f5ce3f93d1d097a071785a8e3b6cf",
+        "features_author.npy": "5cc922e77bd99a759a3ee2a02175fc4fc42a3f568d6f71c6e83be373aba1a2db",
+        "features_field_of_study.npy": "1513cda3cb111b12377f516245356864c051af9895a4dc7a1f3dd5ae176ec317",
+        "features_paper.npy": "74025cd342af09bc2c5449ae295cf8f6689bf953f4c4124fe50f84ccef69e9fc",
+        "indices.npy": "5fbcaa520614cdce205a4d2e9813a379bf0997e1faf835e7100cbf3ac265c964",
+        "indptr.npy": "710dcef8a9956f43e31c705f218d94e4d63ffd4af5e32daedf2bbf60cf092f46",
+        "labels.npy": "3442e9a264391dbc2afa531ef56c6bc26a71c4255796b2030875790f80754aca",
+        "node_type.npy": "27571da853fa486c9dd4c493b009de5665fd1561387b3fd33fca3eb30bc2746a",
+        "test_idx.npy": "146aed19ddbc551b258fe9b0857a842b4d3c59ad3f8020506b8aa4b475ec695d",
+        "train_idx.npy": "fc99502e09671290028c13176aea26cad2bd2a33d9c68ae2df297c83195e164f",
+        "val_idx.npy": "7036dd94b013c23c82b38e9e080fdbcb2c9319c437d0fb3b8e15e213371004fe"
+    }
+}
+
+
+@pytest.mark.parametrize("case", sorted(GOLDEN_HETERO))
+def test_hetero_streaming_is_byte_identical(tmp_path, small_chunks, case, monkeypatch):
+    from gnnflow.data.hetero_synthetic import prepare_synthetic_hetero
+    from gnnflow.data.ogb import prepare_ogb
+    from tests.test_data_ogb import write_mag_like
+
+    monkeypatch.setattr("gnnflow.data.ogb._FEATURE_CHUNK_ROWS", 4)
+    if case == "synthetic_hetero":
+        s = prepare_synthetic_hetero(tmp_path / "g")
+    else:
+        write_mag_like(tmp_path / "mag")
+        opts = {"reverse_edges": False, "feature_fill": "zero"} if case == "mag_noreverse_zero" else {}
+        s = prepare_ogb("ogbn-mag", tmp_path / "g", raw_dir=tmp_path / "mag", **opts)
+    assert s.meta["checksums"] == GOLDEN_HETERO[case]

@@ -277,33 +277,75 @@ def read_ogb_homogeneous(root: Path, name: str, workdir: Path,
     }
 
 
-def read_ogb_hetero(root: Path, name: str) -> HeteroGraph:
-    """A :class:`HeteroGraph` (per-type ids) from a heterogeneous OGB dataset root."""
-    from ogb.io.read_graph_raw import (
-        read_csv_heterograph_raw,
-        read_node_label_hetero,
-        read_nodesplitidx_split_hetero,
-    )
+def _relation_edges(path: Path, triplet: tuple[str, str, str], num_nodes: dict[str, int],
+                    workdir: Path, tag: str) -> tuple[np.ndarray, np.ndarray]:
+    """One relation's ``edge.csv.gz`` streamed into two ``.npy`` files (per-type source
+    and destination ids, ranges checked per chunk); returned memory-mapped."""
+    from gnnflow.data.arrays import iter_text_edges
+    from gnnflow.data.external_csr import NpyAppender
+
+    s, r, d = triplet
+    out = {side: NpyAppender(workdir / f"{tag}-{side}.npy", np.int64) for side in ("src", "dst")}
+    for src, dst in iter_text_edges(path):
+        for arr, t, side in ((src, s, "source"), (dst, d, "destination")):
+            if arr.size and (int(arr.min()) < 0 or int(arr.max()) >= num_nodes[t]):
+                bad = int(arr.min()) if int(arr.min()) < 0 else int(arr.max())
+                raise GnnflowError(f"{path}: edge type {s}___{r}___{d}: {side} id {bad} out of "
+                                   f"range [0, {num_nodes[t]}) for type {t}")
+        out["src"].append(src)
+        out["dst"].append(dst)
+    src_file, dst_file = out["src"].close(), out["dst"].close()
+    return np.load(src_file, mmap_mode="r"), np.load(dst_file, mmap_mode="r")
+
+
+def read_ogb_hetero(root: Path, name: str, workdir: Path) -> HeteroGraph:
+    """A :class:`HeteroGraph` (per-type ids) from a heterogeneous OGB dataset root, streamed:
+    each relation's edges and each type's features are read in chunks into ``.npy`` files
+    in ``workdir`` and held as memory maps; labels and splits (per vertex) are read whole.
+    The values are those OGB's ``read_csv_heterograph_raw`` gives."""
+    import pandas as pd
+    from ogb.io.read_graph_raw import read_node_label_hetero, read_nodesplitidx_split_hetero
 
     info = ogb_info(name)
     if info["binary"] == "True":
         raise GnnflowError(f"{name}: binary heterogeneous OGB layout is not supported")
-    for rel in ("raw/num-node-dict.csv.gz", "raw/nodetype-has-label.csv.gz"):
+    for rel in ("raw/num-node-dict.csv.gz", "raw/nodetype-has-label.csv.gz",
+                "raw/triplet-type-list.csv.gz"):
         _require(root, rel, name)
     split_dir = root / "split" / info["split"]
     _require(root, f"split/{info['split']}/nodetype-has-split.csv.gz", name)
+    raw = root / "raw"
     log.info("reading OGB %s raw files in %s", name, root)
     with _ogb_errors(root, name):
-        g = read_csv_heterograph_raw(str(root / "raw"), add_inverse_edge=False)[0]
-        labels = read_node_label_hetero(str(root / "raw"))
+        counts = pd.read_csv(raw / "num-node-dict.csv.gz", compression="gzip")
+        if len(counts) != 1:
+            raise GnnflowError(f"{raw / 'num-node-dict.csv.gz'}: {len(counts)} graphs; a "
+                               "node-property dataset has one")
+        num_nodes = {str(t): int(counts[t].iloc[0]) for t in counts.columns}
+        triplets = sorted(tuple(map(str, row)) for row in _read_csv(raw / "triplet-type-list.csv.gz"))
+        edges = {}
+        for i, triplet in enumerate(triplets):
+            rel_dir = raw / "relations" / "___".join(triplet)
+            for f in ("edge.csv.gz", "num-edge-list.csv.gz"):
+                _require(root, str((rel_dir / f).relative_to(root)), name)
+            src, dst = _relation_edges(rel_dir / "edge.csv.gz", triplet, num_nodes, workdir, f"rel{i}")
+            want = int(_read_csv(rel_dir / "num-edge-list.csv.gz").reshape(-1).sum())
+            if src.shape[0] != want:
+                raise GnnflowError(f"{rel_dir / 'edge.csv.gz'}: {src.shape[0]} edges, "
+                                   f"num-edge-list.csv.gz says {want}")
+            edges[triplet] = (src, dst)
+        features = {}
+        for t, n_t in num_nodes.items():
+            f = raw / "node-feat" / t / "node-feat.csv.gz"
+            if f.exists():
+                features[t] = np.load(_csv_features(f, n_t, workdir / f"features-{t}.npy"),
+                                      mmap_mode="r")
+        labels = read_node_label_hetero(str(raw))
         train, valid, test = read_nodesplitidx_split_hetero(str(split_dir))
-    num_nodes = {str(t): int(c) for t, c in g["num_nodes_dict"].items()}
-    edges = {tuple(map(str, e)): (np.asarray(ei[0], np.int64), np.asarray(ei[1], np.int64))
-             for e, ei in g["edge_index_dict"].items()}
     target = next(iter(labels)) if len(labels) == 1 else None
     hg = HeteroGraph(
         name=name, num_nodes=num_nodes, edges=edges,  # type: ignore[arg-type]
-        features={t: np.asarray(x, dtype=np.float32) for t, x in (g["node_feat_dict"] or {}).items()},
+        features=features,
         labels={t: _labels_1d(y) for t, y in labels.items()},
         splits={"train": {t: np.asarray(v, np.int64) for t, v in train.items()},
                 "val": {t: np.asarray(v, np.int64) for t, v in valid.items()},
@@ -328,13 +370,15 @@ def prepare_ogb(dataset: str, out: str | os.PathLike[str], *, raw_dir: Path | No
     root = find_raw_root(dataset, Path(raw_dir) if raw_dir is not None else None, url=url)
     ogb_meta = {"split": info["split"], "version": info["version"], "url": info["url"]}
     if info["is hetero"] == "True":
-        hg = read_ogb_hetero(root, dataset)
-        hg.name = name or dataset
-        return write_hetero_store(
-            hg, out, overwrite=overwrite, reverse_edges=reverse_edges, feature_fill=feature_fill,
-            seed=seed, source="ogb", normalize_features=normalize_features,
-            meta={"random_features": False, "raw_dir": str(root), "ogb": ogb_meta},
-        )
+        with scratch_dir(out, "convert") as work:
+            hg = read_ogb_hetero(root, dataset, work)
+            hg.name = name or dataset
+            return write_hetero_store(
+                hg, out, overwrite=overwrite, reverse_edges=reverse_edges,
+                feature_fill=feature_fill, seed=seed, source="ogb",
+                normalize_features=normalize_features,
+                meta={"random_features": False, "raw_dir": str(root), "ogb": ogb_meta},
+            )
     with scratch_dir(out, "convert") as work:
         data = read_ogb_homogeneous(root, dataset, work, symmetrize=symmetrize)
         data["name"] = name or dataset
