@@ -91,10 +91,12 @@ def _snap_in_memory(path, out, seed, feature_dim=4, num_classes=3, symmetrize=Tr
                        extra_arrays={"orig_id": orig_id})
 
 
-@pytest.mark.parametrize("symmetrize", [True, False])
-def test_snap_streaming_is_byte_identical(tmp_path, small_chunks, symmetrize):
-    from gnnflow.data.snap import prepare_snap
+@pytest.mark.parametrize(("symmetrize", "bitmap"), [(True, True), (False, True), (True, False)])
+def test_snap_streaming_is_byte_identical(tmp_path, small_chunks, monkeypatch, symmetrize, bitmap):
+    from gnnflow.data.snap import _IdSet, prepare_snap
 
+    if not bitmap:  # ids past the bitmap's limit: sorted unique ids and binary search
+        monkeypatch.setattr(_IdSet, "BITMAP_LIMIT", 100)
     f = write_snap_edges(tmp_path / "edges.txt.gz", num_nodes=500, num_lines=6000, seed=2)
     s = prepare_snap(tmp_path / "g", file=f, feature_dim=4, num_classes=3, seed=5,
                      symmetrize=symmetrize)

@@ -92,12 +92,13 @@ def read_snap(path: str | os.PathLike[str], workdir: str | os.PathLike[str], *,
         raise GnnflowError(f"{path}: no edges found")
     orig_id = ids.sorted()
     n = orig_id.shape[0]
+    relabel = ids.relabeller(orig_id)
     log.info("%s: %d edges, %d vertices; building the CSR in %s", path.name, m, n, workdir)
     builder = ExternalCSRBuilder(n, workdir, symmetrize=symmetrize, expected_edges=m, what=str(path))
     with open(pairs_file, "rb") as fh:
         for _ in progress(range(0, m, chunk_rows), desc="relabelling edges"):
             pairs = np.fromfile(fh, dtype=np.int64, count=2 * chunk_rows).reshape(-1, 2)
-            builder.add(np.searchsorted(orig_id, pairs[:, 0]), np.searchsorted(orig_id, pairs[:, 1]))
+            builder.add(relabel(pairs[:, 0]), relabel(pairs[:, 1]))
     pairs_file.unlink()
     builder.finish(workdir / "indptr.npy", workdir / "indices.npy")
     return {"indptr": workdir / "indptr.npy", "indices": workdir / "indices.npy", "orig_id": orig_id}
@@ -131,6 +132,16 @@ class _IdSet:
 
     def sorted(self) -> np.ndarray:
         return np.flatnonzero(self.bitmap).astype(np.int64) if self.bitmap is not None else self.uniq
+
+    def relabeller(self, orig_id: np.ndarray) -> Any:
+        """original id -> position in ``orig_id``: a rank table over the bitmap (one
+        lookup per id), else a binary search."""
+        if self.bitmap is None:
+            return lambda ids: np.searchsorted(orig_id, ids)
+        rank = np.cumsum(self.bitmap, dtype=np.int32 if orig_id.shape[0] < 2**31 else np.int64)
+        rank -= 1
+        self.bitmap = None
+        return lambda ids: rank[ids].astype(np.int64)
 
 
 def prepare_snap(out: str | os.PathLike[str], *, dataset: str | None = None,

@@ -131,21 +131,23 @@ def _load(path: Path, name: str, mmap: bool, what: str = "graph store",
                          f"(re-run `{rerun}`)") from None
 
 
-def read_meta(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """``meta.json`` of a graph store (nothing else is read)."""
+def read_meta(path: str | os.PathLike[str], fmt: str = FORMAT, kind: str = "graph store",
+              missing_hint: str = "") -> dict[str, Any]:
+    """``meta.json`` of a graph store (or, with ``fmt``/``kind``, of a partition book);
+    nothing else is read."""
     path = Path(path)
     meta_file = path / "meta.json"
     if not path.is_dir():
-        raise StoreError(f"{path}: no such graph store directory")
+        raise StoreError(f"{path}: no such {kind} directory{missing_hint}")
     if not meta_file.exists():
-        raise StoreError(f"{meta_file}: missing; {path} is not a gnnflow graph store")
+        raise StoreError(f"{meta_file}: missing; {path} is not a gnnflow {kind}")
     try:
         meta = json.loads(meta_file.read_text())
     except json.JSONDecodeError as exc:
         raise StoreError(f"{meta_file}: not valid JSON ({exc})") from None
-    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
-        fmt = meta.get("format") if isinstance(meta, dict) else None
-        raise StoreError(f"{meta_file}: format is {fmt!r}, expected {FORMAT!r}")
+    if not isinstance(meta, dict) or meta.get("format") != fmt:
+        found = meta.get("format") if isinstance(meta, dict) else None
+        raise StoreError(f"{meta_file}: format is {found!r}, expected {fmt!r}")
     return meta
 
 
@@ -243,6 +245,22 @@ def _first_bad(mask: np.ndarray) -> int:
     return int(np.flatnonzero(mask)[0])
 
 
+def _range_scan(blocks: Any, low: int, high: int) -> tuple[int, int, tuple[int, int] | None, int]:
+    """Over ``(start, block)`` pairs of an integer array: ``(min, max, (position, value) of
+    the first entry outside [low, high) or None, number of entries >= 0)``."""
+    lo, hi, nonneg = high, low - 1, 0
+    for start, blk in blocks:
+        blk = np.asarray(blk)
+        out = (blk < low) | (blk >= high)
+        if out.any():
+            i = _first_bad(out)
+            return lo, hi, (start + i, int(blk[i])), nonneg
+        if blk.size:
+            lo, hi = min(lo, int(blk.min())), max(hi, int(blk.max()))
+            nonneg += int(np.count_nonzero(blk >= 0))
+    return lo, hi, None, nonneg
+
+
 def scan_store(s: GraphStore, *, checksums: bool = True, features: bool = True,
                show_progress: bool = True) -> tuple[list[str], dict[str, Any]]:
     """The full scan: ``(problems, facts)``.  Each problem is one line naming the file;
@@ -266,31 +284,16 @@ def scan_store(s: GraphStore, *, checksums: bool = True, features: bool = True,
                             "the CSR is corrupt (re-run `gnnflow prepare`)")
             break
         prev = int(blk[-1])
-    lo, hi = n, -1
-    for start, blk in chunks(s.indices, "indices.npy"):
-        blk = np.asarray(blk)
-        bad = (blk < 0) | (blk >= n)
-        if bad.any():
-            i = _first_bad(bad)
-            problems.append(f"{p / 'indices.npy'}: entry {start + i} is vertex id {int(blk[i])}, "
-                            f"out of range [0, {n}); the CSR is corrupt (re-run `gnnflow prepare`)")
-            break
-        if blk.size:
-            lo, hi = min(lo, int(blk.min())), max(hi, int(blk.max()))
+    lo, hi, bad, _ = _range_scan(chunks(s.indices, "indices.npy"), 0, n)
+    if bad:
+        problems.append(f"{p / 'indices.npy'}: entry {bad[0]} is vertex id {bad[1]}, out of range "
+                        f"[0, {n}); the CSR is corrupt (re-run `gnnflow prepare`)")
     facts["indices_range"] = [lo, hi] if m else None
-    lmin, lmax, labelled = c, -1, 0
-    for start, blk in chunks(s.labels, "labels.npy"):
-        blk = np.asarray(blk)
-        bad = (blk < -1) | (blk >= c)
-        if bad.any():
-            i = _first_bad(bad)
-            problems.append(f"{p / 'labels.npy'}: vertex {start + i} has label {int(blk[i])}, "
-                            f"outside [-1, {c}) (num_classes {c}, -1 = unlabelled)")
-            break
-        if blk.size:
-            lmin, lmax = min(lmin, int(blk.min())), max(lmax, int(blk.max()))
-            labelled += int(np.count_nonzero(blk >= 0))
-    facts["labels_range"] = [lmin, lmax] if n else None
+    lo, hi, bad, labelled = _range_scan(chunks(s.labels, "labels.npy"), -1, c)
+    if bad:
+        problems.append(f"{p / 'labels.npy'}: vertex {bad[0]} has label {bad[1]}, outside "
+                        f"[-1, {c}) (num_classes {c}, -1 = unlabelled)")
+    facts["labels_range"] = [lo, hi] if n else None
     facts["num_labelled"] = labelled
     for split in SPLITS:
         arr = np.asarray(getattr(s, split))

@@ -25,7 +25,6 @@ touches another part's data.
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -51,20 +50,10 @@ def _load(path: Path, mmap: bool = False) -> np.ndarray:
 
 def read_book_meta(path: str | os.PathLike[str]) -> dict[str, Any]:
     """``meta.json`` of a partition book (nothing else is read)."""
-    path = Path(path)
-    meta_file = path / "meta.json"
-    if not path.is_dir():
-        raise StoreError(f"{path}: no such partition book directory (run `gnnflow partition` first)")
-    if not meta_file.exists():
-        raise StoreError(f"{meta_file}: missing; {path} is not a gnnflow partition book")
-    try:
-        meta = json.loads(meta_file.read_text())
-    except json.JSONDecodeError as exc:
-        raise StoreError(f"{meta_file}: not valid JSON ({exc})") from None
-    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
-        fmt = meta.get("format") if isinstance(meta, dict) else None
-        raise StoreError(f"{meta_file}: format is {fmt!r}, expected {FORMAT!r}")
-    return meta
+    from gnnflow.data.store import read_meta
+
+    return read_meta(path, fmt=FORMAT, kind="partition book",
+                     missing_hint=" (run `gnnflow partition` first)")
 
 
 @dataclass
