@@ -63,7 +63,7 @@ def test_import_formats(tmp_path, capsys, fmt, split):
     assert info["statistics"]["num_nodes"] == n
 
 
-def test_info_prints_statistics_and_verifies_checksums(tmp_path, capsys):
+def test_info_prints_statistics_and_verifies_checksums(tmp_path, capsys, monkeypatch):
     assert cli(["prepare", "synthetic", "--out", str(tmp_path / "g"), "--nodes", "400",
                 "--avg-degree", "6", "--classes", "4", "--feature-dim", "8"]) == 0
     capsys.readouterr()
@@ -75,10 +75,16 @@ def test_info_prints_statistics_and_verifies_checksums(tmp_path, capsys):
     assert sum(st["class_histogram"]) == 400 and len(st["class_histogram"]) == 4
     assert st["splits"] == {"train": 200, "val": 80, "test": 120}
     assert info["checksums_ok"] and "checksums" not in info["meta"]
-    # A changed array is caught.
+    # A changed small array is caught on every open ...
     lab = np.load(tmp_path / "g" / "labels.npy")
     lab[0] = (lab[0] + 1) % 4
     np.save(tmp_path / "g" / "labels.npy", lab)
+    assert cli(["info", str(tmp_path / "g")]) == 1
+    assert "labels.npy: checksum differs from meta.json" in capsys.readouterr().err
+    # ... a big one (here: every file counts as big) by --verify-checksums.
+    monkeypatch.setattr("gnnflow.data.store.SMALL_FILE", 0)
+    assert cli(["info", str(tmp_path / "g")]) == 0
+    capsys.readouterr()
     assert cli(["info", str(tmp_path / "g"), "--verify-checksums"]) == 1
     assert "checksum mismatch in labels.npy" in capsys.readouterr().err
 
@@ -137,3 +143,130 @@ def test_bad_label_count(tmp_path, capsys):
 
 def test_bad_options_are_one_line(tmp_path, capsys):
     _fails(tmp_path, capsys, ["prepare", "synthetic", "--homophily", "2"], "--homophily")
+
+
+def _prepare_import_fails(tmp_path, needle):
+    """The real command: exit 1, one error line naming the file, no output directory."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "out"
+    proc = subprocess.run([sys.executable, "-m", "gnnflow.cli", "prepare", "import",
+                           str(tmp_path / "in"), "--out", str(out)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1, proc.stderr
+    errors = [ln for ln in proc.stderr.splitlines() if "error" in ln]
+    assert len(errors) == 1 and errors[0].startswith("gnnflow prepare: error: "), proc.stderr
+    assert needle in errors[0], errors[0]
+    assert not out.exists() and not [p for p in tmp_path.iterdir() if p.name.startswith(".out")]
+
+
+@pytest.mark.parametrize("bad", ["nan", "overflow", "empty-train", "unlabelled-train", "no-labels"])
+def test_bad_values_refused(tmp_path, bad):
+    d = tmp_path / "in"
+    _byo(d)
+    if bad in ("nan", "overflow"):
+        x = np.load(d / "features.npy").astype(np.float64)
+        x[7, 2] = np.nan if bad == "nan" else 1e300  # 1e300 is inf in float32
+        np.save(d / "features.npy", x)
+        _prepare_import_fails(tmp_path, f"{d / 'features.npy'}: row 7, column 2 is "
+                                        f"{'nan' if bad == 'nan' else 'inf'}; features must be finite")
+    elif bad == "empty-train":
+        np.save(d / "train_idx.npy", np.zeros(0, dtype=np.int64))
+        _prepare_import_fails(tmp_path, f"{d / 'train_idx.npy'}: the training split is empty")
+    elif bad == "unlabelled-train":
+        y = np.load(d / "labels.npy")
+        y[[4, 6]] = -1  # vertices 4 and 6 are in train_idx = 0..9
+        np.save(d / "labels.npy", y)
+        _prepare_import_fails(tmp_path, f"{d / 'labels.npy'}: training vertex 4 has no label (-1) "
+                                        "(2 of 10 training vertices)")
+    else:  # no labels and no split files: the random split has nothing to draw from
+        for f in ("labels.npy", "train_idx.npy", "val_idx.npy", "test_idx.npy"):
+            (d / f).unlink()
+        _prepare_import_fails(tmp_path, f"{d} (no labels.npy: every vertex is unlabelled): "
+                                        "the training split is empty")
+
+
+def test_feature_check_is_blockwise(tmp_path):
+    """The NaN scan reads a block at a time and still names the global row."""
+    from gnnflow.data.store import check_finite_blocks
+    from gnnflow.errors import GnnflowError
+    from gnnflow.io import row_chunks
+
+    x = np.zeros((1000, 4), dtype=np.float32)
+    x[777, 3] = -np.inf
+    np.save(tmp_path / "x.npy", x)
+    mm = np.load(tmp_path / "x.npy", mmap_mode="r")
+    blocks = list(row_chunks(mm, chunk_bytes=4 * 4 * 100))
+    assert len(blocks) == 10 and all(b.shape[0] == 100 for _, b in blocks)
+    with pytest.raises(GnnflowError, match="x: row 777, column 3 is -inf"):
+        check_finite_blocks(row_chunks(mm, chunk_bytes=1600), "x")
+
+
+def _kipf_row_normalize(x):
+    """Kipf & Welling's preprocess_features: D^-1 X with 1/0 -> 0."""
+    with np.errstate(divide="ignore"):
+        r_inv = np.power(x.sum(1), -1.0)
+    r_inv[np.isinf(r_inv)] = 0.0
+    return x * r_inv[:, None]
+
+
+@pytest.mark.parametrize("sparse", [False, True])
+def test_normalize_features_and_sparse_input(tmp_path, capsys, monkeypatch, sparse):
+    import scipy.sparse as sp
+
+    monkeypatch.setattr("gnnflow.data.store.FEATURE_BLOCK_BYTES", 5 * 4 * 7)  # 7 rows a block
+    _byo(tmp_path / "in")
+    rng = np.random.default_rng(3)
+    x = (rng.random((30, 5)) < 0.4) * rng.integers(1, 4, (30, 5)).astype(np.float64)
+    x[[3, 11]] = 0  # all-zero rows stay zero
+    (tmp_path / "in" / "features.npy").unlink()
+    if sparse:
+        sp.save_npz(tmp_path / "in" / "features.npz", sp.csr_matrix(x))
+    else:
+        np.save(tmp_path / "in" / "features.npy", x)
+    for norm in ("none", "row"):
+        out = tmp_path / f"g-{norm}"
+        assert cli(["prepare", "import", str(tmp_path / "in"), "--out", str(out),
+                    "--normalize-features", norm]) == 0
+        s = open_store(out)
+        assert s.features.dtype == np.float32 and s.meta["feature_normalization"] == norm
+        want = _kipf_row_normalize(x) if norm == "row" else x
+        np.testing.assert_allclose(s.features, want, rtol=1e-6)
+        assert s.meta["feature_file"] == ("features.npz" if sparse else "features.npy")
+    assert np.all(open_store(tmp_path / "g-row").features[[3, 11]] == 0)
+    np.testing.assert_allclose(open_store(tmp_path / "g-row").features.sum(1)[x.sum(1) > 0], 1, rtol=1e-6)
+
+
+def test_row_normalization_needs_non_negative_features(tmp_path):
+    _byo(tmp_path / "in")  # standard-normal features
+    import subprocess
+    import sys
+
+    out = tmp_path / "out"
+    proc = subprocess.run([sys.executable, "-m", "gnnflow.cli", "prepare", "import",
+                           str(tmp_path / "in"), "--out", str(out), "--normalize-features", "row"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1 and not out.exists()
+    err = proc.stderr.strip()
+    assert err.count("\n") == 0 and "features.npy: row 0 has a negative value" in err, err
+
+
+def test_normalize_features_offered_by_every_source():
+    import argparse
+
+    from gnnflow.data import cli_prepare
+
+    parser = argparse.ArgumentParser()
+    cli_prepare.add_arguments(parser)
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    for source, p in sub.choices.items():
+        assert any("--normalize-features" in a.option_strings for a in p._actions), source
+
+
+def test_bad_sparse_features(tmp_path, capsys):
+    _byo(tmp_path / "in")
+    (tmp_path / "in" / "features.npy").rename(tmp_path / "in" / "x.npy")
+    np.savez(tmp_path / "in" / "features.npz", a=np.zeros(3))  # not save_npz's layout
+    _fails(tmp_path, capsys, ["prepare", "import", str(tmp_path / "in")],
+           "features.npz: cannot read as a scipy sparse matrix .npz")

@@ -83,3 +83,16 @@ def test_bad_planetoid_files(tmp_path, capsys, damage):
                 "--out", str(out)]) == 1
     err = capsys.readouterr().err
     assert "ind.pubmed.allx" in err and err.count("\n") == 1 and not out.exists()
+
+
+def test_row_normalized_features(tmp_path, capsys):
+    """The standard Planetoid preprocessing: each bag-of-words row divided by its sum."""
+    objs = write_planetoid(tmp_path / "raw", "cora", [12, 10, 14, 11, 13])
+    assert cli(["prepare", "cora", "--raw-dir", str(tmp_path / "raw"), "--out", str(tmp_path / "g"),
+                "--normalize-features", "row"]) == 0
+    s = open_store(tmp_path / "g")
+    assert s.meta["feature_normalization"] == "row"
+    allx = objs["allx"].toarray()
+    sums = allx.sum(1, keepdims=True)
+    np.testing.assert_allclose(s.features[:10], np.where(sums > 0, allx / np.maximum(sums, 1), 0),
+                               rtol=1e-6)

@@ -146,6 +146,53 @@ def test_presample_counts_and_hot_vertices(synth, tmp_path):
         partition_graph(synth, "node", 4, tmp_path / "nn")
 
 
+def _presample_by_search(store, fanouts, batch_size, epochs, seed):
+    """The former presampling loop (before the O(sampled edges) rewrite): every sampled
+    edge found by binary search over dst*N+src keys of the whole CSR and counted with a
+    bincount as long as the edge list, per layer per batch."""
+    from gnnflow.partition.metrics import edge_dst
+    from gnnflow.partition.presample import training_batches
+    from gnnflow.sampling import NeighborSampler
+
+    n = store.num_nodes
+    indptr, indices = np.asarray(store.indptr), np.asarray(store.indices)
+    sampler = NeighborSampler(indptr, indices, fanouts, seed=seed)
+    vertex_counts = np.zeros((len(fanouts) + 1, n))
+    dst_edges = np.zeros((len(fanouts), n))
+    edge_counts = np.zeros(indices.shape[0])
+    keys = edge_dst(indptr) * np.int64(n) + indices
+    rng = np.random.default_rng(seed)
+    num_batches = 0
+    for _ in range(epochs):
+        for targets in training_batches(store.train_idx, batch_size, rng):
+            blocks = sampler.sample_blocks(targets)
+            vertex_counts[0, blocks[0].src_ids.numpy()] += 1
+            for layer, b in enumerate(blocks):
+                dst = b.dst_ids.numpy()
+                deg = np.diff(b.indptr.numpy())
+                vertex_counts[layer + 1, dst] += 1
+                dst_edges[layer, dst] += deg
+                ekey = np.repeat(dst, deg) * np.int64(n) + b.src_ids.numpy()[b.indices.numpy()]
+                edge_counts += np.bincount(np.searchsorted(keys, ekey), minlength=keys.shape[0])
+            num_batches += 1
+    return vertex_counts / num_batches, dst_edges / num_batches, edge_counts / num_batches, num_batches
+
+
+@pytest.mark.parametrize("fanouts", [[4, 3], [5, -1, 2]])
+def test_presample_equals_search_based_counting(synth, fanouts):
+    """Counting from the sampler's own edge positions gives what searching for each
+    sampled (dst, src) pair in the CSR gave, exactly (same sample stream)."""
+    from gnnflow.partition.presample import presample
+
+    p = presample(synth, fanouts, batch_size=128, epochs=2, seed=3)
+    vc, de, ec, nb = _presample_by_search(synth, fanouts, 128, 2, 3)
+    assert p.num_batches == nb
+    np.testing.assert_array_equal(p.vertex_counts, vc.astype(np.float32))
+    np.testing.assert_array_equal(p.dst_edges, de.astype(np.float32))
+    np.testing.assert_array_equal(p.edge_counts, ec.astype(np.float32))
+    assert p.edge_counts.sum() > 0
+
+
 def test_split_metrics_by_hand():
     import torch
 

@@ -20,6 +20,7 @@ from gnnflow.io import configure_logging
 COMMANDS: dict[str, tuple[str, str]] = {
     "prepare": ("gnnflow.data.cli_prepare", "download/convert/generate a dataset into a graph store"),
     "info": ("gnnflow.data.cli_info", "print a graph store's meta and statistics as JSON"),
+    "check": ("gnnflow.data.cli_check", "full validation scan of a graph store or partition book"),
     "homogenize": ("gnnflow.data.cli_homogenize", "turn a heterogeneous graph store into one homogeneous id space"),
     "presample": ("gnnflow.partition.cli_presample", "run the training sampler to count vertex/edge appearances (GSplit §4)"),
     "partition": ("gnnflow.partition.cli_partition", "partition a graph store into a partition book"),

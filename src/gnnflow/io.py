@@ -5,6 +5,8 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import math
+import mmap
 import os
 import platform
 import shutil
@@ -146,10 +148,44 @@ def progress(iterable: Iterable[T], desc: str, total: int | None = None) -> Iter
 
 def _plain_progress(iterable: Iterable[T], desc: str, total: int | None) -> Iterator[T]:
     step = max(1, (total or 0) // 10) if total else None
-    t0 = time.perf_counter()
+    t0 = last = time.perf_counter()
     i = 0
     for i, item in enumerate(iterable, 1):
         yield item
         if step and i % step == 0:
             log.info("%s: %d/%d (%.1fs)", desc, i, total, time.perf_counter() - t0)
+        elif not step and time.perf_counter() - last >= 10:  # unknown length: every 10 s
+            last = time.perf_counter()
+            log.info("%s: %d so far (%.1fs)", desc, i, last - t0)
     log.info("%s: done, %d items in %.1fs", desc, i, time.perf_counter() - t0)
+
+
+def release_pages(*arrays: Any) -> None:
+    """Drop the resident pages of memory-mapped arrays (they stay in the page cache).
+
+    Streaming a large store part by part would otherwise keep every touched page
+    of it in this process's resident set.
+    """
+    for arr in arrays:
+        m = getattr(arr, "_mmap", None)
+        if m is None:
+            base = getattr(arr, "base", None)  # a view of a memmap
+            m = getattr(base, "_mmap", None) if base is not None else None
+        if isinstance(m, mmap.mmap) and hasattr(m, "madvise"):
+            try:
+                m.madvise(mmap.MADV_DONTNEED)
+            except (OSError, ValueError):  # pragma: no cover - platform without it
+                pass
+
+
+def row_chunks(arr: Any, chunk_bytes: int = 64 << 20, desc: str | None = None) -> Iterator[tuple[int, Any]]:
+    """``(start, arr[start:stop])`` blocks of about ``chunk_bytes``, dropping a memory
+    map's pages after each block, so a scan of a huge array holds one block resident.
+    With ``desc`` a progress bar counts the blocks."""
+    n = int(arr.shape[0])
+    row_bytes = max(1, int(arr.dtype.itemsize) * math.prod(int(d) for d in arr.shape[1:]))
+    step = max(1, chunk_bytes // row_bytes)
+    starts = range(0, n, step)
+    for start in (progress(starts, desc=desc) if desc else starts):
+        yield start, arr[start:start + step]
+        release_pages(arr)

@@ -82,11 +82,18 @@ def main(args: argparse.Namespace) -> int:
         print(json.dumps({"out": str(args.out), "num_nodes": hg.num_nodes,
                           "edge_types": ["___".join(e) for e in hg.edge_types]}, indent=2))
         return 0
+    from gnnflow.data.arrays import scratch_dir
+
+    with scratch_dir(args.out, "convert") as work:
+        return _homogenize(args, work)
+
+
+def _homogenize(args: argparse.Namespace, work: Path) -> int:
     inp: Path = args.input
     if (inp / "raw" / "triplet-type-list.csv.gz").exists():
         from gnnflow.data.ogb import read_ogb_hetero
 
-        hg = read_ogb_hetero(inp, args.ogb_name)
+        hg = read_ogb_hetero(inp, args.ogb_name, work)
         source, meta = "ogb", {}
     elif (inp / "meta.json").exists():
         hg, source, meta = _from_store(inp)

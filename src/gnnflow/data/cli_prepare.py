@@ -21,6 +21,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from gnnflow.data.store import NORMALIZATIONS
 from gnnflow.data.synthetic import DEFAULTS
 from gnnflow.errors import GnnflowError
 
@@ -34,6 +35,10 @@ def _common(p: argparse.ArgumentParser, seed: bool = True) -> None:
     p.add_argument("--name", default=None, help="dataset name recorded in meta.json")
     if seed:
         p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    p.add_argument("--normalize-features", choices=NORMALIZATIONS, default="none",
+                   help="row: divide each feature row by its sum, all-zero rows stay zero (Kipf & "
+                        "Welling; PyG NormalizeFeatures); needs non-negative features. Recorded "
+                        "in meta.json as feature_normalization (default none)")
 
 
 def _raw_dir(p: argparse.ArgumentParser, what: str) -> None:
@@ -146,7 +151,8 @@ def prepare(args: argparse.Namespace) -> Any:
     if Path(args.out).exists() and not args.overwrite:
         # Fail before a long download or conversion, not after it.
         raise GnnflowError(f"{args.out} already exists; remove it or pass --overwrite")
-    common = {"overwrite": args.overwrite, "name": args.name}
+    common = {"overwrite": args.overwrite, "name": args.name,
+              "normalize_features": args.normalize_features}
     if src == "synthetic":
         from gnnflow.data.synthetic import prepare_synthetic
 

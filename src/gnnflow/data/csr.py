@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from gnnflow.errors import GnnflowError
+from gnnflow.io import release_pages
 
 # Keys dst*N+src must fit in int64.
 MAX_NODES = 3_000_000_000
@@ -134,3 +135,29 @@ def with_self_loops(indptr: np.ndarray, indices: np.ndarray) -> tuple[np.ndarray
     out[~is_loop] = np.asarray(indices, dtype=np.int64)
     out[is_loop] = np.arange(n, dtype=np.int64)
     return new_ptr, out
+
+
+def gather_rows(indptr: np.ndarray, indices: np.ndarray, rows: np.ndarray,
+                chunk: int = 1 << 14) -> tuple[np.ndarray, np.ndarray]:
+    """Sub-CSR of ``rows``: ``(sub_indptr, neighbour global ids)``, vectorized.
+
+    Gathered ``chunk`` rows at a time, dropping the pages of a memory-mapped
+    ``indices`` after each chunk: resident memory is the output plus one chunk.
+    """
+    rows = np.asarray(rows, dtype=np.int64)
+    starts = np.asarray(indptr[rows], dtype=np.int64)
+    lengths = np.asarray(indptr[rows + 1], dtype=np.int64) - starts
+    sub_indptr = np.zeros(rows.shape[0] + 1, dtype=np.int64)
+    np.cumsum(lengths, out=sub_indptr[1:])
+    out = np.empty(int(sub_indptr[-1]), dtype=np.int64)
+    for s in range(0, rows.shape[0], chunk):
+        e = min(rows.shape[0], s + chunk)
+        lo, hi = int(sub_indptr[s]), int(sub_indptr[e])
+        if hi == lo:
+            continue
+        # position -> source offset: arange + (start - sub_indptr) repeated per row
+        offs = np.repeat(starts[s:e] - sub_indptr[s:e], lengths[s:e])
+        offs += np.arange(lo, hi, dtype=np.int64)
+        out[lo:hi] = indices[offs]
+        release_pages(indices)
+    return sub_indptr, out

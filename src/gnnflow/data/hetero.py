@@ -86,8 +86,9 @@ class HeteroGraph:
             if src.shape != dst.shape or src.ndim != 1:
                 raise GnnflowError(f"{name}: source and destination arrays differ in shape")
             for arr, t, side in ((src, s, "source"), (dst, d, "destination")):
-                if arr.size and (int(arr.min()) < 0 or int(arr.max()) >= self.num_nodes[t]):
-                    bad = int(arr.min()) if int(arr.min()) < 0 else int(arr.max())
+                lo, hi = _id_range(arr)
+                if arr.size and (lo < 0 or hi >= self.num_nodes[t]):
+                    bad = lo if lo < 0 else hi
                     raise GnnflowError(
                         f"{name}: {side} id {bad} out of range [0, {self.num_nodes[t]}) for type {t}"
                     )
@@ -106,6 +107,17 @@ class HeteroGraph:
             for t, idx in per_type.items():
                 if idx.size and (int(idx.min()) < 0 or int(idx.max()) >= self.num_nodes.get(t, 0)):
                     raise GnnflowError(f"{what}: {split} ids of type {t} out of range")
+
+
+def _id_range(arr: np.ndarray) -> tuple[int, int]:
+    """``(min, max)`` of a (possibly memory-mapped) id array, a block at a time."""
+    from gnnflow.io import row_chunks
+
+    lo, hi = 0, -1
+    for start, blk in row_chunks(arr):
+        bmin, bmax = int(blk.min()), int(blk.max())
+        lo, hi = (bmin, bmax) if start == 0 else (min(lo, bmin), max(hi, bmax))
+    return lo, hi
 
 
 class TypeMap:
@@ -279,23 +291,15 @@ def common_features(hg: HeteroGraph, indptr: np.ndarray, indices: np.ndarray,
         return out, how
     if fill != "neighbor-mean":
         raise GnnflowError(f"feature fill {fill!r} must be 'neighbor-mean' or 'zero'")
-    import scipy.sparse as sp
-
-    adj = sp.csr_matrix((np.ones(indices.shape[0], dtype=np.float32), indices, indptr), shape=(n, n))
     for _hop in range(len(hg.node_types)):
-        todo = ~have
-        if not todo.any():
+        rows = np.flatnonzero(~have)
+        if rows.size == 0 or not have.any():
             break
-        rows = np.flatnonzero(todo)
-        sub = adj[rows][:, have] if have.any() else None
-        if sub is None:
-            break
-        cnt = np.asarray(sub.sum(axis=1)).ravel()
+        cnt, total = _neighbor_sums(indptr, indices, rows, have, out)
         ok = cnt > 0
         if not ok.any():
             break
-        mean = (sub[ok] @ out[have]) / cnt[ok, None]
-        out[rows[ok]] = mean.astype(np.float32)
+        out[rows[ok]] = (total[ok] / cnt[ok, None]).astype(np.float32)
         have[rows[ok]] = True
     for ti, t in enumerate(hg.node_types):
         if t in missing:
@@ -305,9 +309,80 @@ def common_features(hg: HeteroGraph, indptr: np.ndarray, indices: np.ndarray,
     return out, how
 
 
+def _neighbor_sums(indptr: np.ndarray, indices: np.ndarray, rows: np.ndarray, have: np.ndarray,
+                   x: np.ndarray, block: int = 1 << 16) -> tuple[np.ndarray, np.ndarray]:
+    """Per row in ``rows``: how many in-neighbours have ``have`` set, and the sum of their
+    rows of ``x`` (rows of ``x`` without ``have`` are zero), ``block`` rows at a time from
+    a (memory-mapped) CSR.  float32 sums in CSR order, as a scipy product over the
+    ``have`` columns would give (the zero rows add exact zeros)."""
+    import scipy.sparse as sp
+
+    from gnnflow.data.csr import gather_rows
+
+    cnt = np.empty(rows.shape[0], dtype=np.float32)
+    total = np.empty((rows.shape[0], x.shape[1]), dtype=np.float32)
+    weight = have.astype(np.float32)
+    for s in range(0, rows.shape[0], block):
+        sub_indptr, nbrs = gather_rows(indptr, indices, rows[s:s + block])
+        sub = sp.csr_matrix((np.ones(nbrs.shape[0], dtype=np.float32), nbrs, sub_indptr),
+                            shape=(sub_indptr.shape[0] - 1, x.shape[0]))
+        cnt[s:s + block] = sub @ weight
+        total[s:s + block] = sub @ x
+    return cnt, total
+
+
+def _typed_csr(hg: HeteroGraph, etypes: list[EdgeType], ntypes: list[str], offsets: np.ndarray,
+               eoffsets: np.ndarray, work: Path, chunk: int = 1 << 22) -> tuple[Path, Path, Path, Path]:
+    """CSR over destinations of all typed edges with homogeneous ids, built on disk: each
+    row keeps its edges in edge-id order (a stable sort by ``dst * N + src``), nothing
+    deduplicated.  Returns the paths of ``indptr``, ``indices``, ``edge_id`` (CSR slot ->
+    homogeneous edge id) and ``edge_type`` (int32)."""
+    from gnnflow.data.external_csr import ExternalCSRBuilder, NpyAppender
+    from gnnflow.io import progress, release_pages, row_chunks
+
+    n, m = int(offsets[-1]), int(eoffsets[-1])
+    builder = ExternalCSRBuilder(n, work, symmetrize=False, dedup=False, drop_self_loops=False,
+                                 edge_ids=True, expected_edges=m, what=hg.name)
+    for r, (s, rel, d) in enumerate(progress(etypes, desc="typed edges")):
+        s_local, d_local = hg.edges[(s, rel, d)]
+        so, do, lo = offsets[ntypes.index(s)], offsets[ntypes.index(d)], int(eoffsets[r])
+        for start in range(0, s_local.shape[0], chunk):
+            a = np.asarray(s_local[start:start + chunk], dtype=np.int64) + so
+            b = np.asarray(d_local[start:start + chunk], dtype=np.int64) + do
+            builder.add(a, b, np.arange(lo + start, lo + start + a.shape[0], dtype=np.int64))
+            release_pages(s_local, d_local)
+    paths = [work / f"{k}.npy" for k in ("indptr", "indices", "edge_id", "edge_type")]
+    builder.finish(paths[0], paths[1], paths[2])
+    edge_type = NpyAppender(paths[3], np.int32)
+    eids = np.load(paths[2], mmap_mode="r")
+    for _, block in row_chunks(eids):
+        edge_type.append(np.searchsorted(eoffsets, block, side="right") - 1)
+    edge_type.close()
+    return paths[0], paths[1], paths[2], paths[3]
+
+
 def homogenize(hg: HeteroGraph, *, reverse_edges: bool = True, feature_fill: str = "neighbor-mean",
-               seed: int = 0, source: str = "hetero") -> dict[str, Any]:
-    """Homogenize ``hg`` (DistDGLv2 §4.1.1); return keyword arguments for ``write_store``."""
+               seed: int = 0, source: str = "hetero",
+               workdir: str | os.PathLike[str] | None = None) -> dict[str, Any]:
+    """Homogenize ``hg`` (DistDGLv2 §4.1.1); return keyword arguments for ``write_store``.
+
+    The CSR is built on disk (:class:`ExternalCSRBuilder`, memory bounded by a bucket,
+    the edge arrays of ``hg`` may be memory maps), so ``indptr``, ``indices``,
+    ``edge_id`` and ``edge_type`` come back as ``.npy`` paths in ``workdir``; without a
+    ``workdir`` they are built in a temporary one and returned as arrays.
+    """
+    if workdir is None:
+        import tempfile
+
+        with tempfile.TemporaryDirectory(prefix="gnnflow-homogenize-") as tmp:
+            data = homogenize(hg, reverse_edges=reverse_edges, feature_fill=feature_fill,
+                              seed=seed, source=source, workdir=tmp)
+            for key in ("indptr", "indices"):
+                data[key] = np.load(data[key])
+            data["extra_arrays"] = {k: np.load(v) if isinstance(v, Path) else v
+                                    for k, v in data["extra_arrays"].items()}
+            return data
+    work = Path(workdir)
     hg.validate(hg.name)
     hg = HeteroGraph(hg.name, dict(hg.num_nodes), dict(hg.edges), hg.features, hg.labels,
                      hg.splits, hg.num_classes, hg.target_node_type)
@@ -322,23 +397,7 @@ def homogenize(hg: HeteroGraph, *, reverse_edges: bool = True, feature_fill: str
     etypes = sorted(e for e in hg.edges if e not in reversed_types) + sorted(reversed_types)
     ecounts = np.array([hg.edges[e][0].shape[0] for e in etypes], dtype=np.int64)
     eoffsets = np.concatenate([[0], np.cumsum(ecounts)]).astype(np.int64)
-    m = int(eoffsets[-1])
-    src = np.empty(m, dtype=np.int64)
-    dst = np.empty(m, dtype=np.int64)
-    etype = np.empty(m, dtype=np.int32)
-    for r, (s, _rel, d) in enumerate(etypes):
-        lo, hi = int(eoffsets[r]), int(eoffsets[r + 1])
-        s_local, d_local = hg.edges[(s, _rel, d)]
-        src[lo:hi] = np.asarray(s_local, dtype=np.int64) + offsets[ntypes.index(s)]
-        dst[lo:hi] = np.asarray(d_local, dtype=np.int64) + offsets[ntypes.index(d)]
-        etype[lo:hi] = r
-    # CSR over destinations; a stable sort keeps each row's edges in edge-id order.
-    perm = np.argsort(dst * np.int64(n) + src, kind="stable")
-    indices = src[perm]
-    indptr = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(np.bincount(dst, minlength=n), out=indptr[1:])
-    edge_type = etype[perm]
-    del src, dst, etype
+    indptr, indices, edge_id, edge_type = _typed_csr(hg, etypes, ntypes, offsets, eoffsets, work)
 
     node_type = np.repeat(np.arange(len(ntypes), dtype=np.int32), counts)
     labels = np.full(n, -1, dtype=np.int64)
@@ -351,8 +410,9 @@ def homogenize(hg: HeteroGraph, *, reverse_edges: bool = True, feature_fill: str
         parts = [np.asarray(per_type[t], dtype=np.int64) + offsets[ntypes.index(t)]
                  for t in ntypes if t in per_type]
         split_ids[split] = np.concatenate(parts) if parts else np.empty(0, dtype=np.int64)
-    features, fill_how = common_features(hg, indptr, indices, offsets, feature_fill, seed)
-    extra: dict[str, np.ndarray] = {"node_type": node_type, "edge_type": edge_type, "edge_id": perm}
+    features, fill_how = common_features(hg, np.load(indptr, mmap_mode="r"),
+                                         np.load(indices, mmap_mode="r"), offsets, feature_fill, seed)
+    extra: dict[str, Any] = {"node_type": node_type, "edge_type": edge_type, "edge_id": edge_id}
     for t, x in hg.features.items():
         extra[f"features_{t}"] = np.asarray(x, dtype=np.float32)
     meta = {
@@ -388,18 +448,30 @@ def homogenize(hg: HeteroGraph, *, reverse_edges: bool = True, feature_fill: str
 def write_hetero_store(hg: HeteroGraph, out: str | os.PathLike[str], *, overwrite: bool = False,
                        reverse_edges: bool = True, feature_fill: str = "neighbor-mean",
                        seed: int = 0, source: str = "hetero",
-                       meta: dict[str, Any] | None = None) -> GraphStore:
+                       meta: dict[str, Any] | None = None,
+                       normalize_features: str = "none") -> GraphStore:
     """Homogenize ``hg`` and write it as a graph store (atomically)."""
-    data = homogenize(hg, reverse_edges=reverse_edges, feature_fill=feature_fill, seed=seed,
-                      source=source)
-    data["meta"].update(meta or {})
-    store = write_store(out, overwrite=overwrite, **data)
-    validate_hetero(store)
+    from gnnflow.data.arrays import scratch_dir
+
+    with scratch_dir(out, "homogenize") as work:
+        data = homogenize(hg, reverse_edges=reverse_edges, feature_fill=feature_fill, seed=seed,
+                          source=source, workdir=work)
+        data["meta"].update(meta or {})
+        store = write_store(out, overwrite=overwrite, normalize_features=normalize_features, **data)
+    validate_hetero(store, full=False)  # edge_id is a permutation by construction
     return store
 
 
-def validate_hetero(store: GraphStore) -> TypeMap:
-    """Check the type arrays of a homogenized store against its meta; return its TypeMap."""
+def validate_hetero(store: GraphStore, full: bool = True) -> TypeMap:
+    """Check the type arrays of a homogenized store against its meta; return its TypeMap.
+
+    Block by block over the memory-mapped arrays: vertex types are the contiguous ranges
+    of meta.json, each CSR slot's edge type matches its edge id's range and its
+    endpoints' vertex types.  ``full`` also checks that ``edge_id`` is a permutation (a
+    bitmap of one byte per edge; `gnnflow check` runs it, writing relies on construction).
+    """
+    from gnnflow.io import release_pages, row_chunks
+
     tm = TypeMap.from_store(store)
     p = store.path
     n, m = store.num_nodes, store.num_edges
@@ -408,23 +480,37 @@ def validate_hetero(store: GraphStore) -> TypeMap:
             raise StoreError(f"{p / (key + '.npy')}: missing; not a homogenized heterogeneous store")
     if int(tm.node_type_offsets[-1]) != n or int(tm.edge_type_offsets[-1]) != m:
         raise StoreError(f"{p / 'meta.json'}: type offsets do not add up to {n} vertices / {m} edges")
-    node_type = np.asarray(store.extra["node_type"])
-    expect = np.repeat(np.arange(len(tm.node_types), dtype=np.int32), np.diff(tm.node_type_offsets))
-    if not np.array_equal(node_type, expect):
-        raise StoreError(f"{p / 'node_type.npy'}: types are not contiguous ranges matching meta.json")
-    edge_id = np.asarray(store.extra["edge_id"])
-    edge_type = np.asarray(store.extra["edge_type"])
-    if edge_id.shape != (m,) or not np.array_equal(np.sort(edge_id), np.arange(m)):
+    node_type = store.extra["node_type"]
+    if node_type.shape != (n,):
+        raise StoreError(f"{p / 'node_type.npy'}: must have {n} entries")
+    for start, blk in row_chunks(node_type):
+        ids = np.arange(start, start + blk.shape[0])
+        if not np.array_equal(blk, np.searchsorted(tm.node_type_offsets, ids, side="right") - 1):
+            raise StoreError(f"{p / 'node_type.npy'}: types are not contiguous ranges matching meta.json")
+    edge_id, edge_type = store.extra["edge_id"], store.extra["edge_type"]
+    if edge_id.shape != (m,) or edge_type.shape != (m,):
         raise StoreError(f"{p / 'edge_id.npy'}: must be a permutation of 0..{m - 1}")
-    if not np.array_equal(tm.to_type_eid(edge_id)[0], edge_type):
-        raise StoreError(f"{p / 'edge_type.npy'}: does not match the edge id ranges in meta.json")
-    # Endpoint types must match each edge's canonical triple.
-    dst = np.repeat(np.arange(n, dtype=np.int64), np.diff(store.indptr))
-    src_t, dst_t = node_type[np.asarray(store.indices)], node_type[dst]
     want_s = np.array([tm.node_types.index(e[0]) for e in tm.edge_types], dtype=np.int32)
     want_d = np.array([tm.node_types.index(e[2]) for e in tm.edge_types], dtype=np.int32)
-    if m and not (np.array_equal(want_s[edge_type], src_t) and np.array_equal(want_d[edge_type], dst_t)):
-        raise StoreError(f"{p / 'edge_type.npy'}: an edge's endpoint types differ from its edge type")
+    seen = np.zeros(m, dtype=bool) if full else None
+    node_type_all = np.asarray(node_type)  # per vertex
+    for start, eids in row_chunks(edge_id):
+        stop = start + eids.shape[0]
+        if eids.size and (int(eids.min()) < 0 or int(eids.max()) >= m):
+            raise StoreError(f"{p / 'edge_id.npy'}: must be a permutation of 0..{m - 1}")
+        if seen is not None:
+            if seen[eids].any() or np.unique(eids).shape[0] != eids.shape[0]:
+                raise StoreError(f"{p / 'edge_id.npy'}: must be a permutation of 0..{m - 1}")
+            seen[eids] = True
+        types = np.asarray(edge_type[start:stop])
+        if not np.array_equal(tm.to_type_eid(eids)[0], types):
+            raise StoreError(f"{p / 'edge_type.npy'}: does not match the edge id ranges in meta.json")
+        # Endpoint types must match each edge's canonical triple.
+        dst = np.searchsorted(store.indptr, np.arange(start, stop), side="right") - 1
+        src_t = node_type_all[np.asarray(store.indices[start:stop])]
+        if not (np.array_equal(want_s[types], src_t) and np.array_equal(want_d[types], node_type_all[dst])):
+            raise StoreError(f"{p / 'edge_type.npy'}: an edge's endpoint types differ from its edge type")
+        release_pages(store.indices, edge_type)
     return tm
 
 

@@ -155,7 +155,8 @@ def generate_synthetic_hetero(
 
 def prepare_synthetic_hetero(out: str | os.PathLike[str], *, overwrite: bool = False,
                              name: str | None = None, reverse_edges: bool = True,
-                             feature_fill: str = "neighbor-mean", **kwargs: Any) -> GraphStore:
+                             feature_fill: str = "neighbor-mean", normalize_features: str = "none",
+                             **kwargs: Any) -> GraphStore:
     """Generate, homogenize (DistDGLv2 §4.1.1) and write ``synthetic-hetero``."""
     hg = generate_synthetic_hetero(**kwargs)
     if name:
@@ -163,5 +164,5 @@ def prepare_synthetic_hetero(out: str | os.PathLike[str], *, overwrite: bool = F
     params = {**HETERO_DEFAULTS, **kwargs}
     return write_hetero_store(hg, out, overwrite=overwrite, reverse_edges=reverse_edges,
                               feature_fill=feature_fill, seed=int(params["seed"]),
-                              source="synthetic-hetero",
+                              source="synthetic-hetero", normalize_features=normalize_features,
                               meta={"generator": params, "random_features": False})

@@ -9,7 +9,8 @@
                           parquet: columns src, dst or the first two)
       graph.json          optional: {"name": str, "num_nodes": int, "num_classes": int,
                                      "directed": bool}
-      features.npy        optional float [N, D]
+      features.npy        optional float [N, D], or
+      features.npz        sparse [N, D] (scipy.sparse.save_npz), densified into the store
       labels.npy          optional int [N], -1 = unlabelled (default: all -1)
       train_idx.npy, val_idx.npy, test_idx.npy    optional vertex id arrays, or
       train_mask.npy, val_mask.npy, test_mask.npy optional bool [N] masks
@@ -76,6 +77,26 @@ def _read_split(d: Path, n: int, labels: np.ndarray, train_frac: float, val_frac
              "test": np.sort(pool[k_tr + k_va :])}, f"random (seed {seed})")
 
 
+def _read_features(d: Path) -> tuple[Any, Path | None]:
+    """``features.npy`` (memory-mapped) or ``features.npz`` (a scipy sparse matrix, kept
+    sparse here; ``write_store`` densifies it block by block) or nothing."""
+    dense, sparse = d / "features.npy", d / "features.npz"
+    if dense.exists() and sparse.exists():
+        raise GnnflowError(f"{d}: both features.npy and features.npz; keep one")
+    if dense.exists():
+        return load_npy(dense, mmap=True), dense
+    if not sparse.exists():
+        return None, None
+    import scipy.sparse as sp
+
+    try:
+        mat = sp.load_npz(sparse)  # np.load without pickles inside
+    except (ValueError, OSError, EOFError, KeyError) as exc:
+        raise GnnflowError(f"{sparse}: cannot read as a scipy sparse matrix .npz "
+                           f"(scipy.sparse.save_npz format): {exc}") from None
+    return mat.tocsr(), sparse
+
+
 def read_import_dir(directory: str | os.PathLike[str], *, symmetrize: bool = True,
                     train_frac: float = 0.6, val_frac: float = 0.2,
                     seed: int = 0) -> dict[str, Any]:
@@ -93,7 +114,7 @@ def read_import_dir(directory: str | os.PathLike[str], *, symmetrize: bool = Tru
         except json.JSONDecodeError as exc:
             raise GnnflowError(f"{d / 'graph.json'}: not valid JSON ({exc})") from None
     src, dst = load_edge_list(edge_file)
-    features = load_npy(d / "features.npy") if (d / "features.npy").exists() else None
+    features, feature_file = _read_features(d)
     labels = load_npy(d / "labels.npy") if (d / "labels.npy").exists() else None
     if "num_nodes" in graph:
         n = int(graph["num_nodes"])
@@ -104,11 +125,11 @@ def read_import_dir(directory: str | os.PathLike[str], *, symmetrize: bool = Tru
     else:
         n = int(max(src.max(initial=-1), dst.max(initial=-1))) + 1
     if features is not None:
-        if features.ndim != 2 or features.shape[0] != n:
-            raise GnnflowError(f"{d / 'features.npy'}: shape {features.shape} does not match "
+        if len(features.shape) != 2 or features.shape[0] != n:
+            raise GnnflowError(f"{feature_file}: shape {features.shape} does not match "
                                f"{n} vertices (expected [{n}, D])")
         if not np.issubdtype(features.dtype, np.number):
-            raise GnnflowError(f"{d / 'features.npy'}: must be numeric, got {features.dtype}")
+            raise GnnflowError(f"{feature_file}: must be numeric, got {features.dtype}")
     if labels is None:
         labels = np.full(n, -1, dtype=np.int64)
     else:
@@ -127,26 +148,35 @@ def read_import_dir(directory: str | os.PathLike[str], *, symmetrize: bool = Tru
         raise GnnflowError(f"{d / 'graph.json'}: num_classes {num_classes} <= largest label "
                            f"{int(labels.max())}")
     splits, split_how = _read_split(d, n, labels, train_frac, val_frac, seed)
+    labels_file = str(d / "labels.npy") if (d / "labels.npy").exists() else \
+        f"{d} (no labels.npy: every vertex is unlabelled)"
+    # a random split is drawn from the labelled vertices
+    train_file = next((str(f) for f in (d / "train_idx.npy", d / "train_mask.npy") if f.exists()),
+                      labels_file)
     # One-way when either the caller (--directed) or graph.json asks for it.
     directed = (not symmetrize) or bool(graph.get("directed", False))
     indptr, indices = build_csr(src, dst, n, symmetrize=not directed, what=str(edge_file))
     return {
         "name": str(graph.get("name") or d.name), "source": "import",
         "indptr": indptr, "indices": indices,
-        "features": None if features is None else features.astype(np.float32),
+        "features": features,  # converted to float32 block by block by write_store
         "labels": labels, "train_idx": splits["train"], "val_idx": splits["val"],
         "test_idx": splits["test"], "num_classes": max(num_classes, 1), "directed": directed,
         "meta": {"import_dir": str(d), "edge_file": edge_file.name, "split": split_how,
+                 "feature_file": feature_file.name if feature_file else None,
                  "symmetrized": not directed, "random_features": False},
+        "inputs": {"features": str(feature_file), "labels": labels_file,
+                   "train_idx": train_file},
     }
 
 
 def prepare_import(directory: str | os.PathLike[str], out: str | os.PathLike[str], *,
                    symmetrize: bool = True, train_frac: float = 0.6, val_frac: float = 0.2,
-                   seed: int = 0, overwrite: bool = False, name: str | None = None) -> GraphStore:
+                   seed: int = 0, overwrite: bool = False, name: str | None = None,
+                   normalize_features: str = "none") -> GraphStore:
     """Read a bring-your-own-graph directory and write it as a graph store."""
     data = read_import_dir(directory, symmetrize=symmetrize, train_frac=train_frac,
                            val_frac=val_frac, seed=seed)
     if name:
         data["name"] = name
-    return write_store(out, overwrite=overwrite, **data)
+    return write_store(out, overwrite=overwrite, normalize_features=normalize_features, **data)

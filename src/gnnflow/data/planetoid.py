@@ -21,13 +21,13 @@ dropped and the graph is stored in both directions, as in PyG.
 from __future__ import annotations
 
 import os
-import pickle
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from gnnflow.data.csr import build_csr
+from gnnflow.data.safe_load import planetoid_globals, restricted_unpickle
 from gnnflow.data.store import GraphStore, write_store
 from gnnflow.errors import ConfigError, GnnflowError
 
@@ -39,20 +39,16 @@ def _unpickle(path: Path) -> Any:
     if not path.exists():
         raise GnnflowError(f"{path}: no such file; place the Planetoid files "
                            "ind.<name>.{x,y,tx,ty,allx,ally,graph,test.index} in --raw-dir")
-    try:
-        with open(path, "rb") as fh:
-            # The original files are Python 2 pickles.
-            return pickle.load(fh, encoding="latin1")
-    except (pickle.UnpicklingError, EOFError, ValueError, AttributeError, ImportError,
-            IndexError, TypeError) as exc:
-        raise GnnflowError(f"{path}: cannot unpickle ({type(exc).__name__}: {exc}); "
-                           "the file is truncated or not a Planetoid file") from None
+    # Python 2 pickles (latin-1 strings); only array, sparse-matrix and dict globals resolve.
+    return restricted_unpickle(path, planetoid_globals(), what="a Planetoid file")
 
 
 def _dense(a: Any, path: Path) -> np.ndarray:
     if hasattr(a, "toarray"):
         a = a.toarray()
     a = np.asarray(a)
+    if a.dtype.hasobject:
+        raise GnnflowError(f"{path}: holds Python objects, expected a numeric matrix")
     if a.ndim != 2:
         raise GnnflowError(f"{path}: expected a 2-D matrix, got shape {a.shape}")
     return a
@@ -117,14 +113,16 @@ def read_planetoid(raw_dir: str | os.PathLike[str], name: str) -> dict[str, Any]
         "num_classes": int(onehot.shape[1]), "directed": False,
         "meta": {"split": "public (Kipf & Welling 2017)", "random_features": False,
                  "symmetrized": True, "raw_dir": str(raw_dir)},
+        "inputs": {"features": f"{files['allx']} / {files['tx']}",
+                   "labels": f"{files['ally']} / {files['ty']}", "train_idx": str(files["y"])},
     }
 
 
 def prepare_planetoid(dataset: str, out: str | os.PathLike[str], *,
                       raw_dir: str | os.PathLike[str], overwrite: bool = False,
-                      name: str | None = None) -> GraphStore:
+                      name: str | None = None, normalize_features: str = "none") -> GraphStore:
     """Convert Cora/CiteSeer/PubMed from ``raw_dir`` and write a graph store."""
     data = read_planetoid(raw_dir, dataset)
     if name:
         data["name"] = name
-    return write_store(out, overwrite=overwrite, **data)
+    return write_store(out, overwrite=overwrite, normalize_features=normalize_features, **data)

@@ -7,6 +7,7 @@ from typing import Any
 import numpy as np
 
 from gnnflow.data.store import GraphStore
+from gnnflow.io import row_chunks
 
 
 def _deg(d: np.ndarray) -> dict[str, Any]:
@@ -21,9 +22,8 @@ def summary(store: GraphStore) -> dict[str, Any]:
     n = store.num_nodes
     in_deg = store.in_degrees()
     out_deg = np.zeros(n, dtype=np.int64)
-    step = 1 << 24
-    for start in range(0, store.num_edges, step):
-        out_deg += np.bincount(store.indices[start : start + step], minlength=n)
+    for _, block in row_chunks(store.indices, chunk_bytes=128 << 20):  # a block resident at a time
+        out_deg += np.bincount(block, minlength=n)
     labels = np.asarray(store.labels)
     hist = np.bincount(labels[labels >= 0], minlength=store.num_classes) if n else np.zeros(0)
     stats: dict[str, Any] = {

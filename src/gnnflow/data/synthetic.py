@@ -348,6 +348,7 @@ def prepare_synthetic(
     *,
     overwrite: bool = False,
     name: str | None = None,
+    normalize_features: str = "none",
     **kwargs: Any,
 ) -> GraphStore:
     """Generate a synthetic graph and write it as a graph store at ``out`` (atomically)."""
@@ -356,4 +357,4 @@ def prepare_synthetic(
                                   train_frac, seed, features_out=tmp, **kwargs)
         if name:
             data["name"] = name
-        return write_store(out, overwrite=overwrite, **data)
+        return write_store(out, overwrite=overwrite, normalize_features=normalize_features, **data)

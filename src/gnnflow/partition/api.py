@@ -19,9 +19,17 @@ from typing import Any
 
 import numpy as np
 
-from gnnflow.errors import ConfigError
+from gnnflow.data.store import store_fingerprint
+from gnnflow.errors import ConfigError, StoreError
 from gnnflow.io import atomic_dir, provenance
-from gnnflow.partition.book import FORMAT, VERSION, PartitionBook, write_parts
+from gnnflow.partition.book import (
+    FORMAT,
+    VERSION,
+    PartitionBook,
+    book_checksums,
+    scan_book,
+    write_parts,
+)
 
 
 @dataclass
@@ -154,7 +162,16 @@ def partition_graph(store: Any, method: str, num_parts: int, out: str | os.PathL
             "quality": q,
             **_jsonable(result.meta),
             "provenance": provenance(),
+            # identifies the store's content: `gnnflow train` refuses a book made from another graph
+            "graph_fingerprint": store.meta.get("fingerprint") or store_fingerprint(store.meta),
+            "checksums": book_checksums(tmp),
         }
+        (tmp / "meta.json").write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
+        # Validated once, here, so that opening it later needs no scan (`gnnflow check` repeats it).
+        problems = scan_book(tmp, checksums=False, show_progress=False)
+        if problems:
+            raise StoreError(f"partition book failed its own check: {problems[0]}")
+        meta["validated"] = True
         (tmp / "meta.json").write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
     return PartitionBook(out)
 

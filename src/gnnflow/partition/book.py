@@ -25,8 +25,6 @@ touches another part's data.
 
 from __future__ import annotations
 
-import json
-import mmap
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,7 +32,9 @@ from typing import Any
 
 import numpy as np
 
+from gnnflow.data.csr import gather_rows  # also imported from here by strategies
 from gnnflow.errors import StoreError
+from gnnflow.io import release_pages  # noqa: F401  (re-exported: partition modules import it from here)
 
 FORMAT = "gnnflow-partition-book"
 VERSION = 1
@@ -42,12 +42,18 @@ PART_ARRAYS = ("inner_ids", "halo_ids", "indptr", "indices", "labels", "train_id
 
 
 def _load(path: Path, mmap: bool = False) -> np.ndarray:
-    if not path.exists():
-        raise StoreError(f"{path}: missing file; the partition book is incomplete (re-run `gnnflow partition`)")
-    try:
-        return np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
-    except (ValueError, OSError, EOFError) as exc:
-        raise StoreError(f"{path}: cannot read .npy ({exc}); the file is truncated or corrupt") from None
+    from gnnflow.data.store import _load as load_checked  # header and file size checked
+
+    return load_checked(path.parent, path.stem, mmap, what="partition book",
+                        rerun="gnnflow partition")
+
+
+def read_book_meta(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """``meta.json`` of a partition book (nothing else is read)."""
+    from gnnflow.data.store import read_meta
+
+    return read_meta(path, fmt=FORMAT, kind="partition book",
+                     missing_hint=" (run `gnnflow partition` first)")
 
 
 @dataclass
@@ -132,22 +138,19 @@ def _sorted_lookup(ids: np.ndarray, inner: np.ndarray, halo: np.ndarray) -> np.n
 class PartitionBook:
     """An opened partition book directory (see module docstring for the layout)."""
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
+    def __init__(self, path: str | os.PathLike[str], verify: bool = True) -> None:
         self.path = Path(path)
-        meta_file = self.path / "meta.json"
-        if not self.path.is_dir():
-            raise StoreError(f"{self.path}: no such partition book directory (run `gnnflow partition` first)")
-        if not meta_file.exists():
-            raise StoreError(f"{meta_file}: missing; {self.path} is not a gnnflow partition book")
-        try:
-            self.meta: dict[str, Any] = json.loads(meta_file.read_text())
-        except json.JSONDecodeError as exc:
-            raise StoreError(f"{meta_file}: not valid JSON ({exc})") from None
-        if self.meta.get("format") != FORMAT:
-            raise StoreError(f"{meta_file}: format is {self.meta.get('format')!r}, expected {FORMAT!r}")
+        self.meta: dict[str, Any] = read_book_meta(self.path)
         self.node_part: np.ndarray = _load(self.path / "node_part.npy", mmap=True)
         if self.node_part.ndim != 1 or self.node_part.shape[0] != int(self.meta["num_nodes"]):
             raise StoreError(f"{self.path / 'node_part.npy'}: expected {self.meta['num_nodes']} entries")
+        if verify:  # the top-level files (node_part, ...) when small; parts on load_part
+            from gnnflow.data.store import SMALL_FILE, checksum_problems
+
+            sums = {k: v for k, v in self.meta.get("checksums", {}).items() if "/" not in k}
+            bad = checksum_problems(self.path, sums, max_size=SMALL_FILE, rerun="gnnflow partition")
+            if bad:
+                raise StoreError(bad[0])
 
     @classmethod
     def open(cls, path: str | os.PathLike[str]) -> PartitionBook:
@@ -193,12 +196,22 @@ class PartitionBook:
             raise StoreError(f"{self.path}: part {i} out of range [0, {self.num_parts})")
         return self.path / f"part{i}"
 
-    def load_part(self, i: int, mmap_features: bool = True) -> Part:
-        """Read part ``i`` only (features memory-mapped unless ``mmap_features=False``)."""
+    def load_part(self, i: int, mmap_features: bool = True, verify: bool = True) -> Part:
+        """Read part ``i`` only (features memory-mapped unless ``mmap_features=False``).
+
+        Headers and file sizes are checked, and with ``verify`` the recorded checksums
+        of the part's small files (the book was validated when written)."""
         d = self.part_dir(i)
         arrays = {name: _load(d / f"{name}.npy") for name in PART_ARRAYS}
         feat_file = d / "features.npy"
         features = _load(feat_file, mmap=mmap_features) if feat_file.exists() else None
+        if verify:
+            from gnnflow.data.store import SMALL_FILE, checksum_problems
+
+            bad = checksum_problems(self.path, self.meta.get("checksums", {}), max_size=SMALL_FILE,
+                                    prefix=f"part{i}/", rerun="gnnflow partition")
+            if bad:
+                raise StoreError(bad[0])
         n_inner = arrays["inner_ids"].shape[0]
         if arrays["indptr"].shape[0] != n_inner + 1:
             raise StoreError(f"{d / 'indptr.npy'}: {arrays['indptr'].shape[0]} entries for {n_inner} inner vertices")
@@ -211,47 +224,6 @@ class PartitionBook:
 
     def __repr__(self) -> str:
         return f"PartitionBook({str(self.path)!r}, method={self.method!r}, num_parts={self.num_parts})"
-
-
-def release_pages(*arrays: Any) -> None:
-    """Drop the resident pages of memory-mapped arrays (they stay in the page cache).
-
-    Streaming a large store part by part would otherwise keep every touched page
-    of it in this process's resident set.
-    """
-    for arr in arrays:
-        m = getattr(arr, "_mmap", None)
-        if isinstance(m, mmap.mmap) and hasattr(m, "madvise"):
-            try:
-                m.madvise(mmap.MADV_DONTNEED)
-            except (OSError, ValueError):  # pragma: no cover - platform without it
-                pass
-
-
-def gather_rows(indptr: np.ndarray, indices: np.ndarray, rows: np.ndarray,
-                chunk: int = 1 << 14) -> tuple[np.ndarray, np.ndarray]:
-    """Sub-CSR of ``rows``: ``(sub_indptr, neighbour global ids)``, vectorized.
-
-    Gathered ``chunk`` rows at a time, dropping the pages of a memory-mapped
-    ``indices`` after each chunk: resident memory is the output plus one chunk.
-    """
-    rows = np.asarray(rows, dtype=np.int64)
-    starts = np.asarray(indptr[rows], dtype=np.int64)
-    lengths = np.asarray(indptr[rows + 1], dtype=np.int64) - starts
-    sub_indptr = np.zeros(rows.shape[0] + 1, dtype=np.int64)
-    np.cumsum(lengths, out=sub_indptr[1:])
-    out = np.empty(int(sub_indptr[-1]), dtype=np.int64)
-    for s in range(0, rows.shape[0], chunk):
-        e = min(rows.shape[0], s + chunk)
-        lo, hi = int(sub_indptr[s]), int(sub_indptr[e])
-        if hi == lo:
-            continue
-        # position -> source offset: arange + (start - sub_indptr) repeated per row
-        offs = np.repeat(starts[s:e] - sub_indptr[s:e], lengths[s:e])
-        offs += np.arange(lo, hi, dtype=np.int64)
-        out[lo:hi] = indices[offs]
-        release_pages(indices)
-    return sub_indptr, out
 
 
 def khop_in_neighbourhood(indptr: np.ndarray, indices: np.ndarray, seeds: np.ndarray, hops: int,
@@ -335,3 +307,110 @@ def _write_rows(path: Path, src: np.ndarray, rows: np.ndarray, chunk_bytes: int 
             block = np.ascontiguousarray(src[rows[s:s + chunk]], dtype=np.float32)
             f.write(block.data)
             release_pages(src)
+
+
+def book_checksums(root: Path) -> dict[str, str]:
+    """sha256 of every ``.npy`` file of a book directory, by path relative to it."""
+    from gnnflow.data.store import sha256_file
+
+    return {f.relative_to(root).as_posix(): sha256_file(f) for f in sorted(root.rglob("*.npy"))}
+
+
+def scan_book(path: str | os.PathLike[str], *, checksums: bool = True,
+              show_progress: bool = True) -> list[str]:
+    """The full check of a partition book, one line per problem: recorded checksums,
+    ``node_part`` in [0, P), every vertex inner to exactly the part ``node_part`` names,
+    sorted inner/halo id lists, each part's local CSR (monotone ``indptr`` ending at its
+    edge count, neighbour ids in [0, inner + halo)), labels and feature rows per inner
+    vertex, split ids among the part's inner vertices.  One part in memory at a time."""
+    from gnnflow.data.store import checksum_problems
+    from gnnflow.io import progress, row_chunks
+
+    book = PartitionBook(path, verify=False)  # every checksum is recomputed below
+    p, n, num_parts = book.path, book.num_nodes, book.num_parts
+    problems: list[str] = []
+    if checksums:
+        sums = book.meta.get("checksums")
+        if sums:
+            problems += checksum_problems(p, sums, rerun="gnnflow partition",
+                                          show_progress=show_progress)
+        else:
+            problems.append(f"{p / 'meta.json'}: records no checksums (book written by an older gnnflow)")
+    node_part = np.asarray(book.node_part)
+    if n and (int(node_part.min()) < 0 or int(node_part.max()) >= num_parts):
+        return [*problems, f"{p / 'node_part.npy'}: part ids outside [0, {num_parts})"]
+    seen = np.zeros(n, dtype=bool)
+    parts = range(num_parts)
+    for i in (progress(parts, desc="checking parts", total=num_parts) if show_progress else parts):
+        d = p / f"part{i}"
+        try:
+            part = book.load_part(i, verify=False)  # every checksum was recomputed above
+        except StoreError as exc:
+            problems.append(str(exc))
+            continue
+        inner, halo = np.asarray(part.inner_ids), np.asarray(part.halo_ids)
+        if (np.diff(inner) <= 0).any() or (inner.size and (inner[0] < 0 or inner[-1] >= n)):
+            problems.append(f"{d / 'inner_ids.npy'}: not strictly increasing ids in [0, {n})")
+            continue
+        if (node_part[inner] != i).any() or seen[inner].any():
+            problems.append(f"{d / 'inner_ids.npy'}: holds vertices that node_part.npy puts in "
+                            "another part, or that another part holds too")
+        seen[inner] = True
+        if (np.diff(halo) <= 0).any() or (halo.size and (halo[0] < 0 or halo[-1] >= n)) \
+                or (halo.size and (node_part[halo] == i).any()):
+            problems.append(f"{d / 'halo_ids.npy'}: not strictly increasing ids of other parts' vertices")
+        ip = np.asarray(part.indptr)
+        if ip[0] != 0 or (np.diff(ip) < 0).any() or ip[-1] != part.num_edges:
+            problems.append(f"{d / 'indptr.npy'}: not a monotone CSR index from 0 to {part.num_edges}")
+        for start, blk in row_chunks(part.indices):
+            bad = (blk < 0) | (blk >= part.num_local)
+            if bad.any():
+                j = int(np.flatnonzero(bad)[0])
+                problems.append(f"{d / 'indices.npy'}: entry {start + j} is local id {int(blk[j])}, "
+                                f"outside [0, {part.num_local})")
+                break
+        if part.labels.shape != (part.num_inner,):
+            problems.append(f"{d / 'labels.npy'}: {part.labels.shape} for {part.num_inner} inner vertices")
+        for split in ("train_idx", "val_idx", "test_idx"):
+            ids = np.asarray(getattr(part, split))
+            if ids.size and not part.is_inner(ids).all():
+                problems.append(f"{d / (split + '.npy')}: holds vertices that are not inner to part {i}")
+        release_pages(part.indices, part.features)
+    if not seen.all():
+        problems.append(f"{p}: {int((~seen).sum())} vertices belong to no part "
+                        f"(first: {int(np.flatnonzero(~seen)[0])})")
+    return problems
+
+
+def check_book_matches_graph(book_path: str | os.PathLike[str],
+                             graph_path: str | os.PathLike[str]) -> None:
+    """Raise StoreError unless the book was partitioned from the graph store at ``graph_path``.
+
+    Compares the store fingerprint the book recorded at partition time with the
+    store's (both read from meta.json only: cheap).  A book or store written before
+    fingerprints existed is compared by vertex and edge counts, with a warning.
+    """
+    from gnnflow.data.store import read_meta, store_fingerprint
+    from gnnflow.io import log
+
+    book_meta = read_book_meta(book_path)
+    graph_meta = read_meta(graph_path)
+    src = book_meta.get("graph", "?")
+    want = book_meta.get("graph_fingerprint")
+    have = graph_meta.get("fingerprint") or store_fingerprint(graph_meta)
+    rerun = f"re-run `gnnflow partition {graph_path} ...` for this graph"
+    if want and have:
+        if want != have:
+            same = Path(src).resolve() == Path(graph_path).resolve()
+            origin = (f"an earlier version of {graph_path} (fingerprint {want[:16]}; it now has "
+                      f"{have[:16]})" if same else
+                      f"{src} (fingerprint {want[:16]}), not {graph_path} (fingerprint {have[:16]})")
+            raise StoreError(f"{book_path} was partitioned from {origin}; {rerun}")
+        return
+    log.warning("%s: cannot prove the partition book was made from %s (%s has no fingerprint; "
+                "written by an older gnnflow); comparing vertex and edge counts only",
+                book_path, graph_path, "the book" if not want else "the graph store")
+    for key in ("num_nodes", "num_edges"):
+        if key in book_meta and int(book_meta[key]) != int(graph_meta.get(key, -1)):
+            raise StoreError(f"{book_path} was partitioned from {src} ({key} {book_meta[key]}), "
+                             f"not {graph_path} ({key} {graph_meta.get(key)}); {rerun}")

@@ -86,10 +86,37 @@ def training_batches(train_idx: np.ndarray, batch_size: int, rng: np.random.Gene
     return [perm[i:i + batch_size] for i in range(0, perm.shape[0], batch_size)]
 
 
-def presample(store: Any, fanouts: list[int], batch_size: int, epochs: int = 10, seed: int = 0) -> Presample:
-    """Run the training sampler over the training set for ``epochs`` epochs and count (GSplit §4)."""
-    from gnnflow.sampling import NeighborSampler
+def edge_recording_sampler(indptr: np.ndarray, indices: np.ndarray, fanouts: list[int],
+                           seed: int) -> Any:
+    """The training sampler (:class:`gnnflow.sampling.NeighborSampler`, same draws from the
+    same stream) that also appends the CSR positions of each layer's sampled edges to its
+    ``edge_positions`` list, in sampling order (output layer first).
 
+    With the positions at hand, counting a batch's edges is a scatter over its sampled
+    edges: O(sampled edges), with no search and no array as long as the edge list.
+    """
+    from gnnflow.sampling import NeighborSampler
+    from gnnflow.sampling.neighbor import sample_edge_positions
+
+    class EdgeRecordingSampler(NeighborSampler):
+        edge_positions: list[np.ndarray]
+
+        def sample_neighbors(self, dst: np.ndarray, fanout: int) -> tuple[np.ndarray, np.ndarray]:
+            eid, counts = sample_edge_positions(self.indptr, dst, fanout, self.rng)
+            self.edge_positions.append(eid)
+            return counts, np.asarray(self.indices[eid], dtype=np.int64)
+
+    sampler = EdgeRecordingSampler(indptr, indices, fanouts, seed=seed)
+    sampler.edge_positions = []
+    return sampler
+
+
+def presample(store: Any, fanouts: list[int], batch_size: int, epochs: int = 10, seed: int = 0) -> Presample:
+    """Run the training sampler over the training set for ``epochs`` epochs and count (GSplit §4).
+
+    Work per batch is proportional to its sampled edges; the counts themselves are
+    arrays over the whole graph (they are the output).
+    """
     if batch_size < 1:
         raise ConfigError(f"--batch-size must be >= 1, got {batch_size}")
     if epochs < 1:
@@ -99,28 +126,26 @@ def presample(store: Any, fanouts: list[int], batch_size: int, epochs: int = 10,
         raise ConfigError(f"{store.path}: the graph has no training vertices to presample from")
     n = store.num_nodes
     indptr, indices = np.asarray(store.indptr), np.asarray(store.indices)
-    sampler = NeighborSampler(indptr, indices, fanouts, seed=seed)
+    sampler = edge_recording_sampler(indptr, indices, fanouts, seed)
     num_layers = len(sampler.fanouts)
     vertex_counts = np.zeros((num_layers + 1, n), dtype=np.float64)
     dst_edges = np.zeros((num_layers, n), dtype=np.float64)
     edge_counts = np.zeros(indices.shape[0], dtype=np.float64)
-    # CSR position of an edge dst<-src: neighbour lists are sorted, so keys dst*N+src are sorted
-    from gnnflow.partition.metrics import edge_dst
-
-    keys = edge_dst(indptr) * np.int64(n) + indices
     rng = np.random.default_rng(seed)
     num_batches = 0
     for _epoch in progress(range(epochs), desc="presampling epochs", total=epochs):
-        for targets in training_batches(train, batch_size, rng):
+        batches = training_batches(train, batch_size, rng)
+        for targets in progress(batches, desc="presampling batches", total=len(batches)):
+            sampler.edge_positions = []
             blocks = sampler.sample_blocks(targets)
+            positions = sampler.edge_positions[::-1]  # input layer first, as ``blocks``
             vertex_counts[0, blocks[0].src_ids.numpy()] += 1
-            for layer, b in enumerate(blocks):
+            for layer, (b, eid) in enumerate(zip(blocks, positions, strict=True)):
                 dst = b.dst_ids.numpy()
-                deg = np.diff(b.indptr.numpy())
                 vertex_counts[layer + 1, dst] += 1
-                dst_edges[layer, dst] += deg
-                ekey = np.repeat(dst, deg) * np.int64(n) + b.src_ids.numpy()[b.indices.numpy()]
-                edge_counts += np.bincount(np.searchsorted(keys, ekey), minlength=keys.shape[0])
+                dst_edges[layer, dst] += np.diff(b.indptr.numpy())
+                # distinct positions within one layer (distinct rows, distinct slots per row)
+                edge_counts[eid] += 1
             num_batches += 1
     s = float(num_batches)
     return Presample(vertex_counts=(vertex_counts / s).astype(np.float32),
