@@ -163,9 +163,9 @@ def _presample_by_search(store, fanouts, batch_size, epochs, seed):
     keys = edge_dst(indptr) * np.int64(n) + indices
     rng = np.random.default_rng(seed)
     num_batches = 0
-    for _ in range(epochs):
-        for targets in training_batches(store.train_idx, batch_size, rng):
-            blocks = sampler.sample_blocks(targets)
+    for epoch in range(epochs):
+        for index, targets in enumerate(training_batches(store.train_idx, batch_size, rng)):
+            blocks = sampler.at(epoch, index).sample_blocks(targets)
             vertex_counts[0, blocks[0].src_ids.numpy()] += 1
             for layer, b in enumerate(blocks):
                 dst = b.dst_ids.numpy()

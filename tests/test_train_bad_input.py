@@ -52,6 +52,18 @@ def test_parts_not_workers_fails_before_any_rank_starts(graph_book, tmp_path):
     assert not out.exists()
 
 
+def test_book_of_another_graph_is_refused_before_any_rank_starts(graph_book, tmp_path):
+    from gnnflow.data.synthetic import prepare_synthetic
+
+    _, book = graph_book
+    other = prepare_synthetic(tmp_path / "other", num_nodes=1024, seed=5)  # same size, other edges
+    out = tmp_path / "run"
+    line = _one_error_line(_train("--strategy", "data", "--graph", str(other.path), "--partition", book,
+                                  "--workers", "2", "--out", str(out)))
+    assert f"{book} was partitioned from" in line and str(other.path) in line, line
+    assert not out.exists()
+
+
 def test_more_ranks_than_cores_warns(graph_book, tmp_path):
     graph, book = graph_book
     cores = os.cpu_count() or 1

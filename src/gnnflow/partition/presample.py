@@ -88,8 +88,8 @@ def training_batches(train_idx: np.ndarray, batch_size: int, rng: np.random.Gene
 
 def edge_recording_sampler(indptr: np.ndarray, indices: np.ndarray, fanouts: list[int],
                            seed: int) -> Any:
-    """The training sampler (:class:`gnnflow.sampling.NeighborSampler`, same draws from the
-    same stream) that also appends the CSR positions of each layer's sampled edges to its
+    """The training sampler (:class:`gnnflow.sampling.NeighborSampler`, the same keyed draws)
+    that also appends the CSR positions of each layer's sampled edges to its
     ``edge_positions`` list, in sampling order (output layer first).
 
     With the positions at hand, counting a batch's edges is a scatter over its sampled
@@ -101,8 +101,8 @@ def edge_recording_sampler(indptr: np.ndarray, indices: np.ndarray, fanouts: lis
     class EdgeRecordingSampler(NeighborSampler):
         edge_positions: list[np.ndarray]
 
-        def sample_neighbors(self, dst: np.ndarray, fanout: int) -> tuple[np.ndarray, np.ndarray]:
-            eid, counts = sample_edge_positions(self.indptr, dst, fanout, self.rng)
+        def sample_neighbors(self, dst: np.ndarray, fanout: int, layer: int) -> tuple[np.ndarray, np.ndarray]:
+            eid, counts = sample_edge_positions(self.indptr, dst, fanout, self.key, layer, dst)
             self.edge_positions.append(eid)
             return counts, np.asarray(self.indices[eid], dtype=np.int64)
 
@@ -133,11 +133,11 @@ def presample(store: Any, fanouts: list[int], batch_size: int, epochs: int = 10,
     edge_counts = np.zeros(indices.shape[0], dtype=np.float64)
     rng = np.random.default_rng(seed)
     num_batches = 0
-    for _epoch in progress(range(epochs), desc="presampling epochs", total=epochs):
+    for epoch in progress(range(epochs), desc="presampling epochs", total=epochs):
         batches = training_batches(train, batch_size, rng)
-        for targets in progress(batches, desc="presampling batches", total=len(batches)):
+        for index, targets in enumerate(progress(batches, desc="presampling batches", total=len(batches))):
             sampler.edge_positions = []
-            blocks = sampler.sample_blocks(targets)
+            blocks = sampler.at(epoch, index).sample_blocks(targets)
             positions = sampler.edge_positions[::-1]  # input layer first, as ``blocks``
             vertex_counts[0, blocks[0].src_ids.numpy()] += 1
             for layer, (b, eid) in enumerate(zip(blocks, positions, strict=True)):

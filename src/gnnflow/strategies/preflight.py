@@ -1,7 +1,8 @@
 """Checks before a training run starts any rank or writes anything.
 
 A user's mistake (a book with the wrong number of parts, a book made from
-another graph, a bad strategy option, a path that does not exist) is found
+another graph (:func:`~gnnflow.partition.book.check_book_matches_graph`), a bad
+strategy option, a path that does not exist) is found
 here, in the launching process, in well under a second, and reported as one
 line; nothing is spawned and no run directory is made.  Ranks repeat the checks
 they depend on (they also run without this driver: verify, benches).
@@ -48,7 +49,10 @@ def check_run(cfg: TrainConfig, cls: type[Strategy]) -> None:
     _read_meta(Path(cfg.graph), "graph store", "run `gnnflow prepare` first")
     want = cls.book_parts(cfg)
     if cfg.partition and want is not None:
+        from gnnflow.partition.book import check_book_matches_graph
+
         meta = _read_meta(Path(cfg.partition), "partition book", "run `gnnflow partition` first")
+        check_book_matches_graph(cfg.partition, cfg.graph)
         have = int(meta.get("num_parts", -1))
         if have != want:
             raise ConfigError(f"{cfg.partition}: {have} parts, but --strategy {cfg.strategy} with "
