@@ -16,7 +16,7 @@ from gnnflow.workflow import expand_runs, validate_config
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
-PAPER_CONFIGS = sorted((ROOT / "config" / "paper").glob("*.yaml"))
+PAPER_CONFIGS = sorted(p for p in (ROOT / "config" / "paper").glob("*.yaml") if not p.name.endswith(".claims.yaml"))
 
 
 def _validate(cfg):
