@@ -15,6 +15,15 @@ PARTITIONS = config.get("partitions", {})
 BENCHMARKS = {b["name"]: b for b in config.get("benchmarks", [])}
 FIGURES = {f["name"]: f for f in config.get("figures", [])}
 SCORECARD = config.get("scorecard")  # a paper config's claims file and other runs' tables
+
+
+def claims_path():
+    """The claims file: relative paths resolve against the working directory, else the repository
+    (config/paper/*.claims.yaml ship with the workflow, whatever -d says)."""
+    path = SCORECARD["claims"]
+    if os.path.isabs(path) or os.path.exists(path):
+        return path
+    return os.path.join(workflow.basedir, path)
 PRESAMPLED = {"node", "presample"}
 
 wildcard_constraints:
@@ -112,8 +121,8 @@ def scorecard_inputs(wildcards):
     """The table, the claims file, the benchmarks its claims read, and other runs' tables."""
     from gnnflow.results.claims import load_claims
 
-    claims = load_claims(SCORECARD["claims"])  # a malformed claims file stops the DAG with its key
-    return {"table": f"{R}/table.parquet", "claims": SCORECARD["claims"],
+    claims = load_claims(claims_path())  # a malformed claims file stops the DAG with its key
+    return {"table": f"{R}/table.parquet", "claims": claims_path(),
             "bench": [f"{R}/bench/{b}.json" for b in sorted(claims.benches())],
             "others": list(SCORECARD.get("tables", {}).values())}
 

@@ -170,6 +170,15 @@ def test_benchmark_value(tmp_path):
     assert verdict(tmp_path, claim, table, bench).verdict == NOT_REPRODUCED
     missing = verdict(tmp_path, claim, table, tmp_path / "nowhere")
     assert missing.verdict == NOT_MEASURABLE and "was not run" in missing.reason
+    # a benchmark's headline ratio stands alone (no `over`)
+    own = {"id": "bytes", "statement": "HEC moves fewer bytes", "where": {"ref": "§3.2"},
+           "paper": {"direction": "below"}, "compare": "ratio", "of": {"bench": "hec", "key": "ratio"}}
+    (bench / "hec.json").write_text(json.dumps({"ratio": 0.1}))
+    assert verdict(tmp_path, own, table, bench).verdict == REPRODUCED
+    (bench / "hec.json").write_text(json.dumps({"ratio": 1.9}))
+    assert verdict(tmp_path, own, table, bench).verdict == NOT_REPRODUCED
+    with pytest.raises(ConfigError, match=r"claims\[0\]\.over: a ratio divides"):
+        load_claims(claims_file(tmp_path, {k: v for k, v in RATIO.items() if k != "over"}))
 
 
 @pytest.mark.parametrize("change, message", [

@@ -115,6 +115,7 @@ COLUMNS: dict[str, Quantity] = {
     # benchmark result keys a claim may read (gnnflow bench NAME --json)
     "fit.max_rel_divergence": Quantity("largest divergence of measured from modeled allgather time", "%",
                                        "fraction"),
+    "ratio": Quantity("headline ratio", "×", "ratio"),
     "dgl_epoch_s": Quantity("DGL's epoch time", _S, "seconds"),
     "ours_epoch_s": Quantity("our epoch time", _S, "seconds"),
 }

@@ -61,7 +61,7 @@ def render_page(claims: Claims, verdicts: list[Verdict], title: str = "") -> str
         out.append(f"<tr><td>{esc(label)}</td>" + "".join(f"<td>{summary[label][v]}</td>" for v in VERDICTS)
                    + "</tr>")
     out.append("</table>")
-    cols = ["claim", "where in the paper", "paper (quoted)"] + [c for lb in labels for c in
+    cols = ["claim", "in the paper", "paper (quoted)"] + [c for lb in labels for c in
                                                               (f"ours ({lb})", f"verdict ({lb})")]
     out.append("<table><tr>" + "".join(f"<th>{esc(c)}</th>" for c in cols) + "</tr>")
     for _, row in frame.iterrows():

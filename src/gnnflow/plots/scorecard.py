@@ -82,7 +82,9 @@ def _x_label(claim: Claim) -> str:
     q = value_quantity(claim)
     unit = {"fraction": "%", "accuracy": "%", "points": "percentage points"}.get(q.kind, q.unit)
     if claim.compare == "ratio":
-        assert claim.of is not None and claim.over is not None
+        assert claim.of is not None
+        if claim.over is None:  # a benchmark's own ratio
+            return f"{side_label(claim.of)} (×)"
         what = describe(claim.of.key if claim.of.bench else claim.metric or "").name
         return f"{what}: {side_label(claim.of)} ÷ {side_label(claim.over)} (×)"
     if claim.compare == "difference":

@@ -186,6 +186,8 @@ def _claim(spec: dict[str, Any], hardware: str, where: str) -> Claim:
         raise ConfigError(f"{where}.paper: a value claim needs the paper's value, range or bound")
     if paper.direction and compare != "ratio":
         raise ConfigError(f"{where}.paper.direction: only a ratio claim has a direction (above/below 1)")
+    if compare == "ratio" and "over" not in spec and not spec["of"].get("bench"):
+        raise ConfigError(f"{where}.over: a ratio divides `of` by `over`; only a benchmark's ratio stands alone")
     for side in ("of", "over"):
         if side in spec and spec[side].get("key") and not spec[side].get("bench"):
             raise ConfigError(f"{where}.{side}.key: a key reads a benchmark result; name the bench too")

@@ -182,10 +182,9 @@ def measure(claim: Claim, index: RunIndex) -> Measurement:
     assert claim.of is not None and claim.metric is not None
     a = _side(index, claim, claim.of, claim.metric, m)
     m.parts[side_label(claim.of)] = a
-    if claim.compare == "value":
+    if claim.compare == "value" or claim.over is None:  # a value, or a benchmark's own ratio
         m.value = a
         return m
-    assert claim.over is not None
     b = _side(index, claim, claim.over, claim.metric, m)
     m.parts[side_label(claim.over)] = b
     if claim.compare == "ratio":
@@ -368,6 +367,8 @@ def measured_as(claim: Claim) -> str:
     op = "÷" if claim.compare == "ratio" else "−"
     if claim.of.bench:
         base = f"benchmark {claim.of.bench}: {describe(claim.of.key).name}"
+        if claim.of.key == "ratio":
+            base = f"benchmark {claim.of.bench}: its headline ratio, {side_label(claim.of)}"
         if claim.over is not None and claim.over.bench:
             return f"{base} {op} {describe(claim.over.key).name}"
         return base
@@ -403,7 +404,8 @@ def scorecard_frame(verdicts: list[Verdict]) -> pd.DataFrame:
     for v in verdicts:
         c = v.claim
         row = rows.setdefault(c.id, {
-            "claim": c.id, "statement": c.statement, "where in the paper": c.where(),
+            "claim": c.id, "statement": c.statement, "in the paper": c.ref, "paper's dataset": c.dataset,
+            "paper's hardware": c.hardware,
             "paper (quoted)": paper_text(c), "measured here as": measured_as(c)})
         ours = ours_text(v)
         if ours != "—" and v.verdict == NOT_MEASURABLE:
@@ -423,8 +425,10 @@ def counts(verdicts: list[Verdict]) -> dict[str, dict[str, int]]:
 
 
 def to_markdown(frame: pd.DataFrame, columns: list[str] | None = None) -> str:
-    """A Markdown table of the scorecard (for the README and terminals that render it)."""
-    cols = columns or list(frame.columns)
+    """A Markdown table of the scorecard (for the README and terminals that render it); by
+    default the compact columns: claim, where, the paper's value, ours and the verdict per table."""
+    cols = columns or ["claim", "in the paper", "paper (quoted)"] + [
+        c for c in frame.columns if c.startswith(("ours (", "verdict ("))]
     esc = [[str(r[c]).replace("|", "\\|") for c in cols] for _, r in frame.iterrows()]
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     lines += ["| " + " | ".join(r) + " |" for r in esc]
@@ -435,7 +439,8 @@ def scorecard_text(frame: pd.DataFrame) -> str:
     """The scorecard for a terminal: one block per claim."""
     lines = []
     for _, row in frame.iterrows():
-        lines.append(f"{row['claim']}  [{row['where in the paper']}]")
+        where = " · ".join(str(row[c]) for c in ("in the paper", "paper's dataset", "paper's hardware") if row[c])
+        lines.append(f"{row['claim']}  [{where}]")
         lines.append(f"  {row['statement']}")
         lines.append(f"  paper (quoted): {row['paper (quoted)']}")
         for c in frame.columns:
