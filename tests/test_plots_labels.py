@@ -13,9 +13,9 @@ import yaml
 from conftest import results_table
 
 from gnnflow.plots.figures import KINDS, make_figure
-from gnnflow.plots.labels import COLUMNS, describe
 from gnnflow.plots.scorecard import claim_figure
 from gnnflow.results.claims import load_claims
+from gnnflow.results.labels import COLUMNS, describe
 from gnnflow.results.scorecard import scorecard, scorecard_frame
 
 matplotlib.use("Agg")
@@ -97,7 +97,7 @@ def test_paper_config_columns_have_labels(config):
         for metric in [c.metric, *(g.metric for g in c.groups)]:
             used |= {m.strip() for m in (metric or "").split(" / ") if m}
         used |= {s.key for s in c.sources() if s.bench}
-    assert used - set(COLUMNS) == set(), f"{config.name}: add these to gnnflow.plots.labels.COLUMNS"
+    assert used - set(COLUMNS) == set(), f"{config.name}: add these to gnnflow.results.labels.COLUMNS"
 
 
 @pytest.mark.parametrize("config", PAPER_CONFIGS, ids=lambda p: p.name)

@@ -4,7 +4,7 @@ Each function takes the tidy table (one row per run x epoch x rank), the figure
 spec from the config (``options`` may hold ``columns``, ``logy``, ``title``,
 ``relative_to``), and returns a matplotlib Figure.  Times use the slowest rank
 per epoch and the median over epochs, as the papers report epoch times.  Every
-axis names its quantity and unit through :mod:`gnnflow.plots.labels`, never by
+axis names its quantity and unit through :mod:`gnnflow.results.labels`, never by
 column name; runs are named by strategy, ranks and partition.
 """
 
@@ -23,11 +23,12 @@ import pandas as pd  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from gnnflow.errors import GnnflowError  # noqa: E402
-from gnnflow.plots.labels import BENCH_RATIOS, axis_label, describe, strategy_label  # noqa: E402
+from gnnflow.plots.labels import axis_label, formatter  # noqa: E402
+from gnnflow.results.labels import BENCH_RATIOS, describe, strategy_label  # noqa: E402
 from gnnflow.results.table import match_runs, per_run, per_run_epoch, sweep_of  # noqa: E402
 
 # Timer columns in stacking order (GSplit Table 3: S/L/FB; DistGNN-MB Fig. 3:
-# MBC/FWD+BWD/ARed); their labels come from gnnflow.plots.labels.
+# MBC/FWD+BWD/ARed); their labels come from gnnflow.results.labels.
 BREAKDOWN = ["time_sample", "time_load", "time_forward_backward", "time_comm", "time_allreduce",
              "time_wait", "time_step"]
 
@@ -88,7 +89,7 @@ def accuracy_per_epoch(table: pd.DataFrame, spec: dict[str, Any]) -> plt.Figure:
     ax.set_xlabel("epoch")
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_ylabel(axis_label("test_acc"))
-    ax.yaxis.set_major_formatter(describe("test_acc").formatter())
+    ax.yaxis.set_major_formatter(formatter(describe("test_acc")))
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
     return fig
@@ -169,7 +170,7 @@ def counters(table: pd.DataFrame, spec: dict[str, Any]) -> plt.Figure:
         _annotate(ax, bars, texts)
         ax.set_title(q.name + (f"\nratio to {runs.at[ref, 'label']}" if ref is not None else ""), fontsize=9)
         ax.set_ylabel(q.unit, fontsize=8)
-        ax.yaxis.set_major_formatter(q.formatter())
+        ax.yaxis.set_major_formatter(formatter(q))
         ax.margins(y=0.2)
         _rotate_labels(ax)
         if options.get("logy"):

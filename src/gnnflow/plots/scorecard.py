@@ -16,8 +16,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from gnnflow.plots.labels import describe  # noqa: E402
 from gnnflow.results.claims import Claim  # noqa: E402
+from gnnflow.results.labels import describe  # noqa: E402
 from gnnflow.results.scorecard import (  # noqa: E402
     NOT_MEASURABLE,
     NOT_REPRODUCED,
@@ -25,6 +25,7 @@ from gnnflow.results.scorecard import (  # noqa: E402
     SAME_DIRECTION,
     Verdict,
     paper_text,
+    side_label,
     value_quantity,
 )
 
@@ -77,8 +78,6 @@ def _bar_figure(claim: Claim, verdicts: list[Verdict]) -> plt.Figure:
 
 
 def _x_label(claim: Claim) -> str:
-    from gnnflow.results.scorecard import side_label
-
     q = value_quantity(claim)
     unit = {"fraction": "%", "accuracy": "%", "points": "percentage points"}.get(q.kind, q.unit)
     if claim.compare == "ratio":

@@ -38,6 +38,7 @@ import pandas as pd
 
 from gnnflow.errors import ConfigError
 from gnnflow.results.claims import Claim, Claims, PaperValue, Source
+from gnnflow.results.labels import Quantity, describe, strategy_label
 from gnnflow.results.table import match_runs, per_run, per_run_epoch, sweep_of
 
 REPRODUCED = "reproduced"
@@ -132,8 +133,6 @@ class RunIndex:
 
 def _metric(row: pd.Series, metric: str) -> float:
     """A column of a reduced run, or a share ``a / b`` of two."""
-    from gnnflow.plots.labels import describe
-
     cols = [c.strip() for c in metric.split(" / ")] if " / " in metric else [metric]
     vals = []
     for c in cols:
@@ -161,8 +160,6 @@ def _side(index: RunIndex, claim: Claim, source: Source, metric: str, m: Measure
 
 def side_label(source: Source) -> str:
     """How a side of a comparison is named: its label, else its strategy's name."""
-    from gnnflow.plots.labels import strategy_label
-
     if source.label:
         return source.label
     if source.bench:
@@ -230,8 +227,6 @@ def _needs_unmet(claim: Claim, m: Measurement) -> str | None:
 
 def judge(claim: Claim, m: Measurement) -> tuple[str, str]:
     """(verdict, reason) for a measured claim."""
-    from gnnflow.plots.labels import describe
-
     q = value_quantity(claim)
     ours = q.format(m.value)
     p, tol = claim.paper, claim.tolerance
@@ -307,10 +302,8 @@ def evaluate(claim: Claim, index: RunIndex, label: str) -> Verdict:
 # ------------------------------------------------------------------------------------------------
 
 
-def value_quantity(claim: Claim):
+def value_quantity(claim: Claim) -> Quantity:
     """The quantity a claim's combined value is (a ratio is ×, a value or difference the metric's)."""
-    from gnnflow.plots.labels import Quantity, describe
-
     if claim.compare == "ratio":
         return Quantity("ratio", "×", "ratio")
     metric = claim.metric or claim.groups[0].metric
@@ -341,16 +334,12 @@ def paper_text(claim: Claim) -> str:
     return p.quote or "no number given"
 
 
-def _group_quantity(claim: Claim):
-    from gnnflow.plots.labels import describe
-
+def _group_quantity(claim: Claim) -> Quantity:
     return describe(claim.groups[0].metric)
 
 
 def measured_as(claim: Claim) -> str:
     """How ours is measured, in words (label map names, never column names)."""
-    from gnnflow.plots.labels import describe
-
     reduce = "final epoch" if claim.reduce == "last" else "median over epochs"
     if claim.per_epoch:
         reduce = "epoch by epoch"
