@@ -10,6 +10,7 @@ says so; a claim with nothing measured gets no figure.
 from __future__ import annotations
 
 import math
+import os
 
 import matplotlib
 
@@ -31,6 +32,7 @@ from gnnflow.results.scorecard import (  # noqa: E402
 
 COLORS = {REPRODUCED: "#2e7d32", SAME_DIRECTION: "#ef8f00", NOT_REPRODUCED: "#c62828", NOT_MEASURABLE: "#9e9e9e"}
 PAPER_COLOR = "#5e35b1"
+HATCHES = ("", "//", "..")  # one per results table (small, full, ...)
 
 
 def claim_figure(claim: Claim, verdicts: list[Verdict]) -> plt.Figure | None:
@@ -70,10 +72,10 @@ def _bar_figure(claim: Claim, verdicts: list[Verdict]) -> plt.Figure:
     else:
         lo, hi = ax.get_xlim()
         ax.set_xlim(min(lo, 0), hi * 1.45 if hi > 0 else hi)
-    ax.set_xlabel(_x_label(claim), fontsize=8)
+    ax.set_title(_x_label(claim), fontsize=8)
     ax.invert_yaxis()
     ax.tick_params(axis="both", labelsize=8)
-    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.42), ncol=2, frameon=False)
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.18), ncol=2, frameon=False)
     return fig
 
 
@@ -126,10 +128,10 @@ def _order_figure(claim: Claim, verdicts: list[Verdict]) -> plt.Figure:
     for j, v in enumerate(verdicts):
         xs = [i + (j - (k - 1) / 2) * width for i in range(n)]
         ys = [v.measurement.parts[g.label] for g in claim.groups]  # type: ignore[union-attr]
-        bars = ax.bar(xs, [scale * y for y in ys], width=width, color=COLORS[v.verdict],
+        bars = ax.bar(xs, [scale * y for y in ys], width=width, color=COLORS[v.verdict], hatch=HATCHES[j % 3],
                       label=f"ours ({v.label})" + (", context only" if v.verdict == NOT_MEASURABLE else ""))
         for bar, y in zip(bars, ys, strict=True):
-            ax.annotate(q.format(y), (bar.get_x() + bar.get_width() / 2, bar.get_height()), xytext=(0, 2),
+            ax.annotate(q.format(y, precise=True), (bar.get_x() + bar.get_width() / 2, bar.get_height()), xytext=(0, 2),
                         textcoords="offset points", ha="center", va="bottom", fontsize=7)
     paper = [(i, g.paper) for i, g in enumerate(claim.groups) if g.paper is not None and not math.isnan(g.paper)]
     if paper:
@@ -137,9 +139,11 @@ def _order_figure(claim: Claim, verdicts: list[Verdict]) -> plt.Figure:
                    zorder=3, label=f"paper ({claim.ref}{', ' + claim.dataset if claim.dataset else ''})")
     ax.set_xticks(range(n), [g.label for g in claim.groups], fontsize=8)
     unit = "%" if scale == 100.0 else q.unit
-    ax.set_ylabel(f"{q.name}" + (f" ({unit})" if unit else ""), fontsize=8)
+    names = [describe(g.metric).name for g in claim.groups]
+    name = names[0] if len(set(names)) == 1 else os.path.commonprefix(names).rstrip(" ,(") or "value"
+    ax.set_ylabel(name + (f" ({unit})" if unit else ""), fontsize=8)
     ax.set_title(f"claimed order: {'decreasing' if claim.expect == 'descending' else 'increasing'} left to right",
                  fontsize=8)
     ax.margins(y=0.2)
-    ax.legend(fontsize=7, framealpha=0.9)
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=3, frameon=False)
     return fig
