@@ -20,7 +20,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
-from matplotlib.ticker import MaxNLocator  # noqa: E402
+from matplotlib.ticker import FuncFormatter, MaxNLocator  # noqa: E402
 
 from gnnflow.errors import GnnflowError  # noqa: E402
 from gnnflow.plots.labels import axis_label, formatter  # noqa: E402
@@ -52,15 +52,18 @@ def _per_run(table: pd.DataFrame, reduce: str = "median") -> pd.DataFrame:
 
 def _unique_labels(runs: pd.DataFrame) -> pd.Series:
     """Short labels; where two runs would share one, the options that tell them apart
-    (``pipeline on``), then the sweep, then the run id."""
+    (``pipeline on``), then the parts of their names that differ (``deg12``), then the run id."""
     labels = runs.apply(_label, axis=1)
     opts = [c for c in runs if c.startswith("cfg_opt_") and runs[c].astype(str).nunique() > 1]
     clash = labels.duplicated(keep=False)
     for i in runs.index[clash]:
         labels[i] += "".join(f", {c[len('cfg_opt_'):]} {_opt_text(runs.at[i, c])}" for c in opts
                              if not pd.isna(runs.at[i, c]))
-    clash = labels.duplicated(keep=False)
-    labels[clash] = sweep_of(runs["run_id"])[clash] + ": " + labels[clash]
+    for _, group in labels[labels.duplicated(keep=False)].groupby(labels, sort=False):
+        names = {i: str(runs.at[i, "run_id"]).split("-") for i in group.index}
+        shared = set.intersection(*(set(n) for n in names.values()))
+        for i, parts in names.items():
+            labels[i] += ", " + "-".join(p for p in parts if p not in shared)
     clash = labels.duplicated(keep=False)
     return labels.where(~clash, runs["run_id"].astype(str))
 
@@ -197,6 +200,11 @@ def scaling(table: pd.DataFrame, spec: dict[str, Any]) -> plt.Figure:
             ax.annotate(f"{base / t:.2f}×", (w, t), xytext=(4, 4), textcoords="offset points", fontsize=7)
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
+    plain = FuncFormatter(lambda v, _pos: f"{v:.3g}")
+    for axis in (ax.xaxis, ax.yaxis):
+        axis.set_major_formatter(plain)
+        axis.set_minor_formatter(plain)
+    ax.tick_params(axis="y", which="minor", labelsize=7)
     ax.set_xlabel("workers (ranks)")
     ax.set_ylabel(f"{axis_label('time_epoch')}, slowest rank")
     ax.grid(alpha=0.3, which="both")
