@@ -30,6 +30,7 @@ localrules:
     aggregate,
     summarize,
     plot,
+    scorecard,
 
 
 rule all:

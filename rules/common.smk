@@ -14,6 +14,16 @@ DATASETS = config["datasets"]
 PARTITIONS = config.get("partitions", {})
 BENCHMARKS = {b["name"]: b for b in config.get("benchmarks", [])}
 FIGURES = {f["name"]: f for f in config.get("figures", [])}
+SCORECARD = config.get("scorecard")  # a paper config's claims file and other runs' tables
+
+
+def claims_path():
+    """The claims file: relative paths resolve against the working directory, else the repository
+    (config/paper/*.claims.yaml ship with the workflow, whatever -d says)."""
+    path = SCORECARD["claims"]
+    if os.path.isabs(path) or os.path.exists(path):
+        return path
+    return os.path.join(workflow.basedir, path)
 PRESAMPLED = {"node", "presample"}
 
 wildcard_constraints:
@@ -107,6 +117,23 @@ def figure_runs(wildcards):
     return run_records([n for n, r in RUNS.items() if not sweeps or r.sweep in sweeps])
 
 
+def scorecard_inputs(wildcards):
+    """The table, the claims file, the benchmarks its claims read, and other runs' tables."""
+    from gnnflow.results.claims import load_claims
+
+    claims = load_claims(claims_path())  # a malformed claims file stops the DAG with its key
+    return {"table": f"{R}/table.parquet", "claims": claims_path(),
+            "bench": [f"{R}/bench/{b}.json" for b in sorted(claims.benches())],
+            "others": list(SCORECARD.get("tables", {}).values())}
+
+
+def scorecard_tables(wildcards, input):
+    """`LABEL=TABLE` arguments: this run under its variant's name, then the others."""
+    label = config.get("variant") or "here"
+    others = " ".join(f"{k}={v}" for k, v in SCORECARD.get("tables", {}).items())
+    return f"{label}={input.table} {others}".strip()
+
+
 def used_partitions():
     return sorted({(r.dataset, r.partition) for r in RUNS.values() if r.partition})
 
@@ -124,4 +151,6 @@ def all_targets():
     targets += [f"{R}/figures/{name}.png" for name in FIGURES]
     targets += [f"{R}/bench/{name}.json" for name in BENCHMARKS]
     targets += partition_reports()
+    if SCORECARD:
+        targets += [f"{R}/scorecard.csv", f"{R}/scorecard.html"]
     return targets

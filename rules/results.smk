@@ -1,4 +1,4 @@
-# Run records -> one tidy table -> per-run summary and paper-style figures.
+# Run records -> one tidy table -> per-run summary, paper-style figures and the paper's scorecard.
 
 
 rule aggregate:
@@ -53,3 +53,21 @@ rule plot:
     shell:
         "gnnflow plot --table {input.table} --spec {params.spec:q} --bench-dir {R}/bench "
         "--out {output} > {log} 2>&1"
+
+
+rule scorecard:
+    input:
+        unpack(scorecard_inputs),
+    output:
+        csv=report(f"{R}/scorecard.csv", caption="../reports/scorecard.rst", category="Scorecard"),
+        html=report(f"{R}/scorecard.html", caption="../reports/scorecard.rst", category="Scorecard"),
+    log:
+        f"{R}/logs/scorecard.log",
+    params:
+        tables=scorecard_tables,
+        title=config.get("title", "config/config.yaml"),
+    conda:
+        "../envs/gnnflow.yaml"
+    shell:
+        "gnnflow results scorecard {params.tables} --claims {input.claims} --bench-dir {R}/bench "
+        "--title {params.title:q} --out {output.csv} --html {output.html} > {log} 2>&1"

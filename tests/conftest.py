@@ -58,3 +58,29 @@ def synthetic_graph_book(tmp, num_nodes: int, method: str, num_parts: int) -> tu
     store = prepare_synthetic(tmp / "graph", num_nodes=num_nodes)
     book = partition_graph(store.path, method, num_parts, tmp / "book", seed=0)
     return str(store.path), str(book.path)
+
+
+def results_table(runs: list[dict], epochs: int = 2, ranks: int = 2):
+    """A hand-made results table (one row per run × epoch × rank) whose per-run figures are
+    exactly the given values once ranks are collapsed (times: slowest rank, counters: summed).
+
+    Each run is ``{"run_id", "strategy", ...settings, "metrics": {column: value or per-epoch list}}``;
+    settings may be ``workers``, ``partition`` (cfg_partition), ``device`` (cfg_device) and
+    ``opt`` (cfg_opt_<name>).
+    """
+    import pandas as pd
+
+    rows = []
+    for run in runs:
+        for epoch in range(epochs):
+            for rank in range(ranks):
+                row = {"run_id": run["run_id"], "strategy": run.get("strategy", "data"), "dataset": "synthetic",
+                       "model": "sage", "workers": run.get("workers", ranks), "epoch": epoch, "rank": rank,
+                       "seed": 0, "cfg_partition": run.get("partition"), "cfg_device": run.get("device", "cpu")}
+                row.update({f"cfg_opt_{k}": v for k, v in run.get("opt", {}).items()})
+                for col, value in run.get("metrics", {}).items():
+                    v = value[epoch] if isinstance(value, list) else value
+                    summed = not (col.startswith(("time_", "x_")) or col in ("loss", "train_acc", "val_acc", "test_acc"))
+                    row[col] = v / ranks if summed else v
+                rows.append(row)
+    return pd.DataFrame(rows)

@@ -16,7 +16,7 @@ from gnnflow.workflow import expand_runs, validate_config
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
-PAPER_CONFIGS = sorted((ROOT / "config" / "paper").glob("*.yaml"))
+PAPER_CONFIGS = sorted(p for p in (ROOT / "config" / "paper").glob("*.yaml") if not p.name.endswith(".claims.yaml"))
 
 
 def _validate(cfg):
@@ -82,6 +82,26 @@ def test_dry_run_paper_configs(paper, tmp_path):
     proc = _snakemake("-n", "--profile", "profiles/default", "--configfile", str(paper),
                       "--config", f"results={tmp_path}/results")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert f"--claims {ROOT}/config/paper/{paper.stem}.claims.yaml" in proc.stdout or \
+        f"--claims config/paper/{paper.stem}.claims.yaml" in proc.stdout  # every paper config ends in its scorecard
+
+
+def test_scorecard_lists_other_tables_and_refuses_a_bad_claims_file(tmp_path):
+    full = tmp_path / "full" / "table.parquet"
+    full.parent.mkdir()
+    full.touch()
+    paper = ROOT / "config" / "paper" / "gsplit.yaml"
+    card = f"scorecard={{claims: config/paper/gsplit.claims.yaml, tables: {{full: {full}}}}}"
+    proc = _snakemake("-n", "--profile", "profiles/default", "--configfile", str(paper),
+                      "--config", f"results={tmp_path}/results", card)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert f"gnnflow results scorecard small={tmp_path}/results/table.parquet full={full}" in proc.stdout
+    bad = tmp_path / "bad.claims.yaml"
+    bad.write_text("paper: x\nclaims:\n  - {id: a, statement: s, where: {ref: T}, paper: {value: 1}, compare: mean}\n")
+    proc = _snakemake("-n", "--profile", "profiles/default", "--configfile", str(paper),
+                      "--config", f"results={tmp_path}/results", f"scorecard={{claims: {bad}}}")
+    assert proc.returncode != 0
+    assert f"{bad}: key claims[0].compare" in proc.stdout + proc.stderr
 
 
 def test_workflow_refuses_bad_config_with_one_message(tmp_path):

@@ -1,7 +1,8 @@
 """The workflow end to end on a small config: outputs, re-run, targeted re-run, HTML report.
 
 Runs Snakemake in a temporary working directory (``-d``) with
-``tests/slurm/config.yaml`` (a single-process and a 2-rank data-parallel run).
+``tests/slurm/config.yaml`` (a single-process and a 2-rank data-parallel run, and
+a scorecard over ``tests/slurm/claims.yaml``).
 """
 
 from __future__ import annotations
@@ -66,6 +67,10 @@ def test_outputs(local_run):
     assert (results / "summary.csv").exists()
     png = results / "figures" / "accuracy.png"
     assert png.exists() and png.stat().st_size > 5000
+    card = pd.read_csv(results / "scorecard.csv")
+    assert list(card["claim"]) == ["accuracy", "features", "speedup"]  # every claim listed, with a verdict
+    assert set(card["verdict (here)"]) <= {"reproduced", "same direction", "not reproduced", "not measurable here"}
+    assert card.set_index("claim").at["speedup", "verdict (here)"] == "not measurable here"
 
 
 def test_rerun_does_nothing(local_run):
@@ -82,7 +87,7 @@ def test_deleting_a_partition_reruns_exactly_downstream(local_run):
     try:
         jobs = planned_jobs(snakemake(local_run, "-n"))
         assert jobs == {"partition": 1, "partition_report": 1, "train_ranks": 1, "aggregate": 1,
-                        "summarize": 1, "plot": 1, "all": 1}, jobs
+                        "summarize": 1, "plot": 1, "scorecard": 1, "all": 1}, jobs
     finally:
         shutil.rmtree(part, ignore_errors=True)
         saved.rename(part)
@@ -103,7 +108,7 @@ def test_html_report_shows_figures(local_run, tmp_path):
     sync_playwright = pytest.importorskip("playwright.sync_api").sync_playwright
     if chromium is None:
         pytest.skip("no Chromium installed (scripts/setup-env.sh --test installs Debian's)")
-    shot = tmp_path / "figure.png"
+    shot, card_shot = tmp_path / "figure.png", tmp_path / "scorecard-figure.png"
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=chromium, args=[
             "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -118,9 +123,24 @@ def test_html_report_shows_figures(local_run, tmp_path):
             box = figure.bounding_box()
             assert box is not None and box["width"] > 300 and box["height"] > 200
             figure.screenshot(path=str(shot))
+            # the scorecard page: every claim with its verdict, and its figures drawn
+            page.goto(f"file://{report}")
+            page.get_by_text("Scorecard", exact=True).click()
+            page.locator("tr", has_text="scorecard.html").first.locator("a[iconname=eye]").click()
+            card = page.frame_locator("iframe").first
+            for claim in ("accuracy", "features", "speedup"):
+                assert card.locator(f"h2#{claim}").is_visible()
+            figures = card.locator("img.claim")
+            assert figures.count() == 3  # a figure per measured claim (speedup: context only)
+            for i in range(figures.count()):
+                figures.nth(i).scroll_into_view_if_needed()
+                box = figures.nth(i).bounding_box()
+                assert box is not None and box["width"] > 300 and box["height"] > 100
+            figures.first.screenshot(path=str(card_shot))
         finally:
             browser.close()
     assert _nonblank(shot) > 5.0  # the plotted figure, not an empty frame
+    assert _nonblank(card_shot) > 5.0
 
 
 SLURM_TOOLS = ("munged", "slurmctld", "slurmd", "sbatch", "srun", "squeue")

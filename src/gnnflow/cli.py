@@ -30,7 +30,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "plan": ("gnnflow.distributed.cli_plan", "model the halo-exchange cost of each communication planner (DGCL)"),
     "topology": ("gnnflow.distributed.cli_topology", "topology presets and probing of local link bandwidth"),
     "bench": ("gnnflow.bench.cli", "benchmarks that print ratios against a peer measured side by side"),
-    "results": ("gnnflow.results.cli", "aggregate and summarize run records"),
+    "results": ("gnnflow.results.cli", "aggregate and summarize run records; paper scorecards"),
     "plot": ("gnnflow.plots.cli", "paper-style figures from a results table"),
 }
 

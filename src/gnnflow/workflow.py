@@ -75,7 +75,8 @@ def _opt_value(value: Any) -> str:
     return str(value)
 
 
-def _path_str(path: tuple[Any, ...]) -> str:
+def key_path(path: tuple[Any, ...]) -> str:
+    """A validation error's location as a config key: ``train.sweeps[1].workers``."""
     out = ""
     for p in path:
         out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else str(p))
@@ -120,7 +121,7 @@ def validate_config(config: dict[str, Any], use_snakemake: bool = True) -> dict[
         if err is None:
             raise
         best = jsonschema.exceptions.best_match([err]) or err
-        where = _path_str(tuple(best.absolute_path))
+        where = key_path(tuple(best.absolute_path))
         raise ConfigError(f"config key {where}: {best.message}") from None
     config = apply_variant(config)
     check_references(config)

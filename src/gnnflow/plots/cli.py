@@ -33,6 +33,6 @@ def main(args: argparse.Namespace) -> int:
     fig = make_figure(read_table(args.table), spec, Path(args.bench_dir) if args.bench_dir else None)
     out = Path(args.out)
     with atomic_file(out) as tmp:
-        fig.savefig(tmp, dpi=120, format=out.suffix.lstrip(".") or "png")
+        fig.savefig(tmp, dpi=120, format=out.suffix.lstrip(".") or "png", bbox_inches="tight")
     print(f"wrote {out}")
     return 0

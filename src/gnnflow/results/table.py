@@ -17,7 +17,8 @@ import pandas as pd
 from gnnflow.errors import GnnflowError
 from gnnflow.results.schema import read_records
 
-CONFIG_KEYS = ("partition", "fanouts", "batch_size", "hidden", "num_layers", "epochs", "lr", "heads", "dropout")
+CONFIG_KEYS = ("partition", "fanouts", "batch_size", "hidden", "num_layers", "epochs", "lr", "heads", "dropout",
+               "device")
 
 
 def _config_columns(run_dir: Path) -> dict[str, Any]:
@@ -87,13 +88,60 @@ def per_run_epoch(table: pd.DataFrame) -> pd.DataFrame:
     acc_cols = [c for c in ("loss", "train_acc", "val_acc", "test_acc") if c in table]
     numeric = table.select_dtypes("number").columns
     extra_cols = [c for c in numeric if c.startswith("x_")]
-    count_cols = [c for c in numeric if c not in time_cols + acc_cols + extra_cols + keys + ["rank", "seed"]]
-    cfg_cols = [c for c in table if c.startswith("cfg_")]
+    cfg_cols = [c for c in table if c.startswith("cfg_")]  # settings (numeric ones too: a CSV's empty column)
+    count_cols = [c for c in numeric if c not in time_cols + acc_cols + extra_cols + keys + cfg_cols + ["rank", "seed"]]
     grouped = table.groupby(keys, dropna=False)
     parts = [grouped[cols].agg(how) for cols, how in
              ((time_cols, "max"), (acc_cols, "mean"), (count_cols, "sum"), (extra_cols, "mean"),
               (cfg_cols, "first")) if cols]
     return pd.concat(parts, axis=1).reset_index()
+
+
+def sweep_of(run_ids: pd.Series) -> pd.Series:
+    """The sweep each run belongs to: the first part of its workflow name (``abl1-data-…``)."""
+    return run_ids.astype(str).str.split("-").str[0]
+
+
+def per_run(table: pd.DataFrame, reduce: str = "median") -> pd.DataFrame:
+    """One row per run: each per-epoch value (ranks collapsed as in :func:`per_run_epoch`)
+    reduced over epochs, ``median`` (times, counters: the papers' epoch figures) or
+    ``last`` (the final epoch: accuracies after training)."""
+    if reduce not in ("median", "last"):
+        raise GnnflowError(f"reduce must be median or last, not {reduce!r}")
+    per_epoch = per_run_epoch(table).sort_values("epoch", kind="stable")
+    numeric = per_epoch.select_dtypes("number").columns.difference(["epoch"])
+    firsts = [c for c in per_epoch if c not in numeric and c not in ("run_id", "epoch")]
+    grouped = per_epoch.groupby("run_id", sort=False)
+    values = grouped[list(numeric)].median() if reduce == "median" else grouped[list(numeric)].last()  # last non-NaN
+    return pd.concat([values, grouped[firsts].first()], axis=1).reset_index()
+
+
+def match_runs(runs: pd.DataFrame, select: dict[str, Any]) -> pd.Series:
+    """Which rows of a per-run table a selector names: ``{sweep, strategy, partition, workers,
+    dataset, model, run, opt: {name: value}}`` (all must match; values compare as written in YAML)."""
+    if "sweep" in select and "sweep" not in runs:
+        runs = runs.assign(sweep=sweep_of(runs["run_id"]))
+    mask = pd.Series(True, index=runs.index)
+    for key, want in select.items():
+        pairs = [(f"cfg_opt_{k}", v) for k, v in want.items()] if key == "opt" else \
+            [({"run": "run_id", "partition": "cfg_partition"}.get(key, key), want)]
+        for col, value in pairs:
+            mask &= runs[col].map(_same_value(value)) if col in runs else False
+    return mask
+
+
+def _same_value(want: Any) -> Any:
+    def match(have: Any) -> bool:
+        if isinstance(want, bool) or isinstance(have, bool):
+            return str(have).lower() == str(want).lower()
+        if isinstance(want, (int, float)):
+            try:
+                return float(have) == float(want)
+            except (TypeError, ValueError):
+                return False
+        return str(have) == str(want)
+
+    return match
 
 
 def summarize(table: pd.DataFrame) -> pd.DataFrame:
