@@ -83,6 +83,9 @@ def main(argv: list[str] | None = None) -> int:
         if rest:
             logging.getLogger("gnnflow").debug("details:\n%s", rest)
         return 1
+    except BrokenPipeError:  # output piped into a reader that closed early (`| head`)
+        sys.stderr.close()
+        return 0
     except OSError as exc:  # an output that cannot be written: read-only, full, missing directory
         where = f"{exc.filename}: " if exc.filename else ""
         print(f"gnnflow {top.command}: error: {where}{exc.strerror or exc}", file=sys.stderr)
@@ -93,9 +96,6 @@ def main(argv: list[str] | None = None) -> int:
     except Terminated as exc:
         print(f"gnnflow {top.command}: {exc}", file=sys.stderr)
         return 128 + exc.signum
-    except BrokenPipeError:  # output piped into a reader that closed early (`| head`)
-        sys.stderr.close()
-        return 0
     return int(code or 0)
 
 
