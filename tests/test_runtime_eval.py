@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from gnnflow.distributed.launch import run_ranks
 
@@ -23,7 +24,13 @@ def _infer_rank(ctx, graph, book):
     return out
 
 
-def test_partitioned_inference_matches_full_inference(tiny_store, tmp_path):
+
+
+@pytest.mark.parametrize("chunked", [False, True], ids=["whole-part", "chunks-and-scratch-files"])
+def test_partitioned_inference_matches_full_inference(tiny_store, tmp_path, monkeypatch, chunked):
+    if chunked:  # tiny limits: many chunks per part, hidden tables in unlinked scratch files
+        monkeypatch.setenv("GNNFLOW_INFERENCE_CHUNK_BYTES", "2000")
+        monkeypatch.setenv("GNNFLOW_INFERENCE_IN_MEMORY_BYTES", "0")
     from gnnflow.config import TrainConfig
     from gnnflow.nn import build_model
     from gnnflow.partition.api import partition_graph

@@ -60,7 +60,6 @@ None from its builder.  ``self.part``, ``self.book``, ``self.node_part``,
 from __future__ import annotations
 
 import math
-import warnings
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -82,7 +81,6 @@ from gnnflow.distributed.pipeline import (
 )
 from gnnflow.errors import ConfigError
 from gnnflow.results.schema import Recorder
-from gnnflow.sampling import Block
 from gnnflow.strategies.base import RankContext, Strategy
 
 if TYPE_CHECKING:
@@ -463,28 +461,6 @@ class MiniBatchStrategy(Strategy):
         return float(np.mean(losses)) if losses else float("nan")
 
     # ---------------------------------------------------------------- evaluation
-    def part_block(self) -> Block:
-        """The part's local graph as one block: dst = inner vertices, src = inner + halo.
-
-        Carries the WHOLE graph's degrees (``dst_deg`` = in-degree, ``src_deg`` =
-        out-degree, as :func:`gnnflow.strategies.common.full_inference` uses), so a
-        normalised layer (GCN) computes what single-process inference computes.
-        Collective (:meth:`local_degrees`).
-        """
-        if getattr(self, "_part_block", None) is not None:
-            return self._part_block
-        part = self.part
-        degrees = self.local_degrees()
-        with warnings.catch_warnings():
-            # the whole graph's CSR is a read-only memory map with one rank; the block is only read
-            warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
-            self._part_block = Block(dst_ids=torch.from_numpy(np.asarray(part.inner_ids, dtype=np.int64)),
-                                     src_ids=torch.from_numpy(np.asarray(part.local_to_global, dtype=np.int64)),
-                                     indptr=torch.from_numpy(np.asarray(part.indptr, dtype=np.int64)),
-                                     indices=torch.from_numpy(np.asarray(part.indices, dtype=np.int64)),
-                                     src_deg=degrees[:, 1].clone(), dst_deg=degrees[:part.num_inner, 0].clone())
-        return self._part_block
-
     def local_degrees(self) -> torch.Tensor:
         """``[num_local, 2]`` float32 whole-graph (in, out)-degrees of the part's local vertices
         (inner, then halo; a halo vertex's in-degree is not known here and is 0).  Collective:
@@ -527,20 +503,16 @@ class MiniBatchStrategy(Strategy):
         self._global_degrees = torch.from_numpy(np.stack([in_deg, out_inner], 1).astype(np.float32))
         return self._global_degrees
 
-    @torch.no_grad()
     def inference(self) -> torch.Tensor:
-        """Logits of this rank's inner vertices by exact layer-wise inference (collective)."""
+        """Logits of this rank's inner vertices by exact layer-wise inference over the parts, chunk
+        by chunk (:func:`gnnflow.distributed.inference.layerwise_inference`; collective)."""
+        from gnnflow.distributed.inference import layerwise_inference
+
         assert self.net is not None
-        net = self.net
-        net.eval()
-        block = self.part_block().to(self.ctx.device)
-        h = torch.from_numpy(np.array(self.part.features, dtype=np.float32))
-        halo = self.part.halo_ids
-        for i in range(self.cfg.num_layers):
-            store = FeatureStore(self.part, self.node_part, local_rows=h.cpu())
-            h_src = torch.cat([h.cpu(), store.fetch(halo)], 0).to(self.ctx.device)
-            h = net.layer_step(i, block, h_src)
-        return h
+        # GCN normalises by whole-graph degrees in evaluation, as single-process inference does
+        degrees = self.local_degrees() if self.cfg.model == "gcn" else None
+        return layerwise_inference(self.net, self.part, self.node_part, self.ctx.device, degrees,
+                                   group=self.part_group)
 
     def evaluate(self) -> dict[str, float]:
         logits = self.inference().cpu()
