@@ -87,6 +87,7 @@ SPLITS = ("train", "val", "test")
 #: DGL sampler processes per trainer (``launch.py --num_samplers``); 0 samples in the trainer
 DEFAULT_SAMPLERS = 1
 _RUN_ENV = "GNNFLOW_DGL_RUN"  # "<run>:<machine>": names a process's shared memory and its machine
+_TRAINER_ENV = "GNNFLOW_DGL_TRAINER_PID"  # the parent of a DGL sampler process
 
 
 # ---------------------------------------------------------------------------- DGL on one host
@@ -119,7 +120,9 @@ def _sampler_process(rpc_config: Any, mp_contexts: Any) -> None:
     """
     from dgl.distributed import dist_context
 
-    _set_pdeathsig()  # never outlive the trainer
+    _set_pdeathsig()  # never outlive the trainer ...
+    if os.getppid() != int(os.environ[_TRAINER_ENV]):  # ... which may have died while this one started
+        os._exit(1)
     _patch_from_env()
     dist_context.init_process(rpc_config, mp_contexts)
 
@@ -239,6 +242,7 @@ class DistDGLBaseline(Strategy):
         super().__init__(cfg, ctx)
         self.servers: list[subprocess.Popen] = []
         self.janitor: subprocess.Popen | None = None
+        self.run: str | None = None  # this run's token in shared-memory names
 
     def prepare(self) -> None:
         import dgl
@@ -257,7 +261,7 @@ class DistDGLBaseline(Strategy):
             raise ConfigError("--strategy distdgl runs with --workers >= 2 (DGL's servers + trainers)")
         shared: list[Any] = [secrets.token_hex(4)]  # this run's name in shared memory
         dist.broadcast_object_list(shared, 0)
-        run = f"gf{shared[0]}"
+        run = self.run = f"gf{shared[0]}"
         shared = [None]
         if rank == 0:
             from gnnflow.partition.book import PartitionBook
@@ -276,7 +280,7 @@ class DistDGLBaseline(Strategy):
         os.environ.update(DGL_DIST_MODE="distributed", DGL_ROLE="client", DGL_NUM_SAMPLER=str(samplers),
                           DGL_NUM_SERVER="1", DGL_NUM_CLIENT=str(size * (1 + samplers)), DGL_GROUP_ID="0",
                           DGL_IP_CONFIG=ip_config, DGL_CONF_PATH=confs[rank])
-        os.environ[_RUN_ENV] = f"{run}:{rank}"  # inherited by DGL's sampler processes
+        os.environ.update({_RUN_ENV: f"{run}:{rank}", _TRAINER_ENV: str(os.getpid())})  # for DGL's samplers
         _patch_from_env()
         from dgl.distributed import dist_context
 
@@ -316,6 +320,10 @@ class DistDGLBaseline(Strategy):
             raise DistributedError(f"DistDGL trainers got unequal batch counts {[int(c) for c in allc]}")
 
     def run_epoch(self, epoch: int, rec: Recorder) -> float:
+        from dgl.distributed import dist_context
+
+        pool, workers = dist_context.get_sampler_pool()
+        rec.extra["dgl_sampler_processes"] = float(workers if pool is not None else 0)
         self.model.train()
         losses = []
         it = iter(self.loader)
