@@ -210,7 +210,7 @@ class PyGFullGraphGCN(FullGraphPeer):
         dst = torch.repeat_interleave(torch.arange(n), indptr[1:] - indptr[:-1])
         # A + I, destination-major
         dst = torch.cat([dst, torch.arange(n)])
-        src = torch.cat([torch.from_numpy(np.asarray(s.indices, dtype=np.int64)), torch.arange(n)])
+        src = torch.cat([torch.from_numpy(np.array(s.indices, dtype=np.int64)), torch.arange(n)])
         order = torch.argsort(dst, stable=True)
         loops_indptr = torch.zeros(n + 1, dtype=torch.int64)
         loops_indptr[1:] = torch.cumsum(torch.bincount(dst, minlength=n), 0)
