@@ -1,9 +1,12 @@
 """``gnnflow bench NAME [--json]``: benchmarks that print ratios against a peer.
 
 Each benchmark module defines ``add_arguments(parser)`` and ``run(args) -> dict``.
-The dict holds ``ratio`` (the headline ratio the issue names), ``ratio_name``
-(what it divides), ``summary`` (one line), and the raw figures.  This command
-adds the machine it ran on and prints the summary, or the whole dict as JSON.
+The dict holds ``ratios`` (every ratio with its two operands, see
+:mod:`gnnflow.bench.ratios`), ``ratio`` and ``ratio_name`` (the headline),
+``summary`` (one line), and the raw figures.  This command adds the machine it
+ran on and prints the summary, or the whole dict as JSON.  ``gnnflow bench
+all`` runs the suite in ``config/bench.yaml`` and writes one table
+(:mod:`gnnflow.bench.suite`).
 """
 
 from __future__ import annotations
@@ -28,6 +31,8 @@ BENCHES: dict[str, tuple[str, str]] = {
     "fullbatch": ("gnnflow.bench.fullbatch", "our full-batch GCN vs DGL GraphConv; overlap and permutation effects"),
     "hec": ("gnnflow.bench.hec", "HEC vs data-parallel remote fetching: remote bytes and time"),
     "allgather": ("gnnflow.bench.allgather", "graph_allgather planners: modeled vs measured time"),
+    "all": ("gnnflow.bench.suite", "run the suite (config/bench.yaml) and write one table with the machine "
+            "(docs/benchmarks.md)"),
 }
 
 
@@ -42,6 +47,17 @@ def machine() -> dict[str, Any]:
         "torch": torch.__version__,
         "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
     }
+    from importlib import metadata
+
+    for name, dist in (("dgl", "dgl"), ("torch_geometric", "torch-geometric")):  # the peers' versions
+        try:
+            info[name] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            info[name] = None
+    try:
+        info["load_avg_1m"] = round(os.getloadavg()[0], 2)
+    except OSError:  # pragma: no cover
+        pass
     try:
         import psutil
 
