@@ -23,14 +23,14 @@ ACCEPTS_EXTRA = True  # the chosen benchmark parses the remaining options
 # name -> (module, help)
 BENCHES: dict[str, tuple[str, str]] = {
     "sampler": ("gnnflow.bench.sampler", "our layer-wise sampler vs DGL NeighborSampler (edges/s)"),
-    "layers": ("gnnflow.bench.layers", "our SAGE/GCN/GAT layers vs DGL's (forward+backward time)"),
-    "partition": ("gnnflow.bench.partition", "our METIS pipeline vs dgl.distributed.partition_graph"),
+    "layers": ("gnnflow.bench.layers", "our SAGE/GCN/GAT layers vs DGL's and PyG's (forward+backward time)"),
+    "partition": ("gnnflow.bench.partition", "our plain (and coarsened) METIS pipeline vs dgl.distributed.partition_graph"),
     "pipeline": ("gnnflow.bench.pipeline", "epoch time with vs without the async mini-batch pipeline"),
-    "data-parallel": ("gnnflow.bench.data_parallel", "our data-parallel epoch vs DGL DistDGL on the same partitions"),
-    "split": ("gnnflow.bench.split", "split-parallel vs data-parallel vs p3: time, edges, features, bytes"),
-    "fullbatch": ("gnnflow.bench.fullbatch", "our full-batch GCN vs DGL GraphConv; overlap and permutation effects"),
-    "hec": ("gnnflow.bench.hec", "HEC vs data-parallel remote fetching: remote bytes and time"),
-    "allgather": ("gnnflow.bench.allgather", "graph_allgather planners: modeled vs measured time"),
+    "data-parallel": ("gnnflow.bench.data_parallel", "our data-parallel epoch vs DGL DistDGL (sampler processes on and off), same partitions"),
+    "split": ("gnnflow.bench.split", "split-parallel vs data-parallel, p3, DistDGL: time, edges, features, bytes"),
+    "fullbatch": ("gnnflow.bench.fullbatch", "our full-batch GCN vs DGL GraphConv and PyG GCNConv; overlap and permutation effects"),
+    "hec": ("gnnflow.bench.hec", "HEC vs data-parallel remote fetching (and DistDGL): remote bytes and time"),
+    "allgather": ("gnnflow.bench.allgather", "graph_allgather planners: modeled vs measured time; per-vertex vs grouped SPST planning"),
     "all": ("gnnflow.bench.suite", "run the suite (config/bench.yaml) and write one table with the machine "
             "(docs/benchmarks.md)"),
 }
