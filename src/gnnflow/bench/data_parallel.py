@@ -11,7 +11,9 @@ guide launches it), and with 0 (the trainer samples inline).  The three
 systems alternate, in a rotating order, ``--repeats`` times in the same
 benchmark run.  The epoch time of a run is the median over its epochs after
 the first (warm-up) of the slowest rank; the ratios are the median of ours
-over the median of each DistDGL row (issue 5 goal <= 1.0).  Iterations per
+over the median of each DistDGL row (issue 5 goal <= 1.0), and the headline
+is the one against whichever DistDGL row was faster: the peer at its
+strongest on this machine.  Iterations per
 epoch and rank (the same batch count on both sides, ±1 from how each splits
 the training vertices) and test accuracy after the last epoch are reported as
 checks that both trained the same amount.
@@ -128,15 +130,19 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         return operand(med[name], "s/epoch", f"{systems[name][2]}; median over {args.repeats} run(s) of the "
                        "median epoch (slowest rank, first epoch left out)")
 
-    ratios = [ratio(f"ours / {dgl_on}: epoch time", epoch("ours"), epoch("distdgl"), "<= 1.0"),
+    best = min(("distdgl", "distdgl_no_samplers"), key=lambda k: med[k])
+    ratios = [ratio("ours / DistDGL in its faster configuration here: epoch time", epoch("ours"), epoch(best),
+                    "<= 1.0"),
+              ratio(f"ours / {dgl_on}: epoch time", epoch("ours"), epoch("distdgl"), "<= 1.0"),
               ratio("ours / DistDGL, 0 sampler processes: epoch time", epoch("ours"),
                     epoch("distdgl_no_samplers"), "<= 1.0"),
               ratio(f"DistDGL {args.dgl_samplers} / 0 sampler processes: epoch time", epoch("distdgl"),
                     epoch("distdgl_no_samplers"))]
     acc = {name: rs[-1]["test_acc"] for name, rs in runs.items()}
     iters = {name: rs[-1]["iterations_per_rank"] for name, rs in runs.items()}
-    summary = (f"data-parallel epoch time ours/DistDGL = {ratios[0]['value']:.3f} with {args.dgl_samplers} DGL "
-               f"sampler process(es) per trainer, {ratios[1]['value']:.3f} with 0 (goal <= 1.0); median epoch s: "
+    summary = (f"data-parallel epoch time ours/DistDGL = {ratios[1]['value']:.3f} with {args.dgl_samplers} DGL "
+               f"sampler process(es) per trainer, {ratios[2]['value']:.3f} with 0 (goal <= 1.0; headline: the "
+               f"faster DistDGL, {ratios[0]['value']:.3f}); median epoch s: "
                f"ours {med['ours']:.3f}, DistDGL {med['distdgl']:.3f} / {med['distdgl_no_samplers']:.3f}; "
                f"iterations/epoch per rank ours {iters['ours']}, DistDGL {iters['distdgl']}; test acc ours "
                f"{acc['ours']:.4f}, DistDGL {acc['distdgl']:.4f} / {acc['distdgl_no_samplers']:.4f}; "
@@ -145,6 +151,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     result = {"summary": summary, "ours": runs["ours"], "distdgl": runs["distdgl"],
               "distdgl_no_samplers": runs["distdgl_no_samplers"], "ours_epoch_s": med["ours"],
               "distdgl_epoch_s": med["distdgl"], "distdgl_no_samplers_epoch_s": med["distdgl_no_samplers"],
-              "ratio_samplers_off": ratios[1]["value"], "dgl_samplers": args.dgl_samplers,
+              "ratio_samplers_on": ratios[1]["value"], "ratio_samplers_off": ratios[2]["value"],
+              "distdgl_faster": best, "dgl_samplers": args.dgl_samplers,
               "iterations_per_rank": iters, "test_acc": acc, "workers": args.workers, "repeats": args.repeats}
     return headline(result, ratios)

@@ -281,6 +281,8 @@ class DistDGLBaseline(Strategy):
                           DGL_NUM_SERVER="1", DGL_NUM_CLIENT=str(size * (1 + samplers)), DGL_GROUP_ID="0",
                           DGL_IP_CONFIG=ip_config, DGL_CONF_PATH=confs[rank])
         os.environ.update({_RUN_ENV: f"{run}:{rank}", _TRAINER_ENV: str(os.getpid())})  # for DGL's samplers
+        # launch.py gives trainers (and so their sampler processes) OMP_NUM_THREADS = cores / trainers
+        os.environ["OMP_NUM_THREADS"] = str(torch.get_num_threads())
         _patch_from_env()
         from dgl.distributed import dist_context
 
