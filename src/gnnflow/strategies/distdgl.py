@@ -14,7 +14,7 @@ Launch (what DGL's ``tools/launch.py`` does, on this machine): the gnnflow
 launcher starts the P trainer ranks; rank 0 writes an ``ip_config`` with one
 line per partition ("machine") ``127.0.0.1 <port>`` and starts one server
 process per partition with ``DGL_ROLE=server``, ``DGL_SERVER_ID=i``,
-``DGL_NUM_SERVER=1``, ``DGL_NUM_CLIENT=P``, ``DGL_CONF_PATH``,
+``DGL_NUM_SERVER=1``, ``DGL_NUM_CLIENT=P * (1 + S)``, ``DGL_CONF_PATH``,
 ``DGL_IP_CONFIG``, ``DGL_GRAPH_FORMAT=csc``; trainers run with
 ``DGL_DIST_MODE=distributed``, ``DGL_ROLE=client``, ``DGL_NUM_SAMPLER=S``.
 Servers die with rank 0 (``PR_SET_PDEATHSIG``), so a failed run leaves no
@@ -30,6 +30,9 @@ to the servers as a client of its trainer's machine, and
 the trainer samples inline, as DGL does without ``--num_samplers``.  The
 sampler processes get the same one-host patches (below) and die with their
 trainer (``PR_SET_PDEATHSIG``); on success DGL's ``exit_client`` joins them.
+Trainers get ``OMP_NUM_THREADS`` = their torch threads, as ``launch.py`` sets
+it; their sampler processes inherit it (without it each would run torch with
+as many threads as the machine has cores).
 
 DGL limitation and the two patches that work around it.  DGL assumes one
 machine (IP address) per partition: "We cannot run multiple servers and
