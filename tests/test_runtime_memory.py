@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from gnnflow.distributed.launch import run_ranks
+from gnnflow.io import proc_memory
 
 
 def graph_bytes(path) -> int:
@@ -19,14 +20,11 @@ def graph_bytes(path) -> int:
 
 
 def proc_status(field: str = "VmHWM", pid: str = "self") -> int:
-    """A memory field of /proc/<pid>/status in bytes.  VmHWM = peak resident set (unlike
-    ru_maxrss not inherited from the parent); RssAnon / RssFile = current anonymous /
-    file-backed (memory-mapped shard) resident memory."""
-    with open(f"/proc/{pid}/status") as fh:
-        for line in fh:
-            if line.startswith(field + ":"):
-                return int(line.split()[1]) * 1024
-    raise RuntimeError(f"no {field} in /proc/self/status")
+    """A memory field of /proc/<pid>/status in bytes (VmHWM = peak resident set, unlike
+    ru_maxrss not inherited from the parent; RssAnon / RssFile = anonymous / file-backed)."""
+    value = proc_memory(field, pid)
+    assert value, f"no {field} in /proc/{pid}/status"
+    return value
 
 
 def peak_rss() -> int:

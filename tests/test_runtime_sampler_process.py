@@ -15,6 +15,7 @@ from conftest import synthetic_graph_book
 from gnnflow.config import TrainConfig
 from gnnflow.distributed.pipeline import MiniBatch
 from gnnflow.errors import ConfigError, DistributedError
+from gnnflow.results.schema import is_measurement
 from gnnflow.strategies.base import RankContext
 from gnnflow.strategies.data_parallel import DataParallel
 from gnnflow.strategies.driver import load_checkpoint, run_training
@@ -116,7 +117,7 @@ def test_two_ranks_train_identically_with_process_and_thread_samplers(graph_book
                           options={"samplers": mode, "cache_rows": 200})
         run_training(cfg)
         lines = (tmp_path / mode / "records.jsonl").read_text().splitlines()
-        rows[mode] = [{k: v for k, v in json.loads(x).items() if not k.startswith("time_") and k != "run_id"}
+        rows[mode] = [{k: v for k, v in json.loads(x).items() if not is_measurement(k) and k != "run_id"}
                       for x in lines]
         models[mode] = load_checkpoint(tmp_path / mode)["ranks"][0]["model"]
     assert rows["thread"] == rows["process"]

@@ -9,6 +9,7 @@ import torch
 from conftest import synthetic_graph_book
 
 from gnnflow.config import TrainConfig
+from gnnflow.results.schema import is_measurement
 from gnnflow.strategies.driver import load_checkpoint, run_training
 
 
@@ -19,7 +20,7 @@ def graph_book(tmp_path_factory):
 
 def _rows(run_dir):
     rows = [json.loads(line) for line in (run_dir / "records.jsonl").read_text().splitlines()]
-    return [{k: v for k, v in r.items() if not k.startswith("time_") and k != "run_id"} for r in rows]
+    return [{k: v for k, v in r.items() if not is_measurement(k) and k != "run_id"} for r in rows]
 
 
 @pytest.mark.slow

@@ -19,6 +19,7 @@ import torch
 
 from gnnflow.config import TrainConfig
 from gnnflow.errors import GnnflowError
+from gnnflow.results.schema import is_measurement
 from gnnflow.strategies.driver import load_checkpoint, run_training
 
 
@@ -60,8 +61,8 @@ def config(graph: str, book: str, strategy: str, out: Path, epochs: int = 2, **k
 
 
 def is_timing(key: str) -> bool:
-    """Columns that measure time (``time_*``, ``x_*_s``) or name the run."""
-    return key.startswith("time_") or (key.startswith("x_") and key.endswith("_s")) or key == "run_id"
+    """Columns measured on the machine (time, memory) or naming the run."""
+    return is_measurement(key) or key == "run_id"
 
 
 def records(run_dir: Path) -> str:

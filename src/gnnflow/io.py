@@ -73,6 +73,19 @@ def atomic_file(out: str | os.PathLike[str]) -> Iterator[Path]:
     os.replace(tmp, out)
 
 
+def proc_memory(field: str = "VmHWM", pid: int | str = "self") -> int:
+    """A memory field of ``/proc/<pid>/status`` in bytes (``VmHWM``: the peak resident set;
+    ``VmRSS``: the resident set now).  0 where /proc is missing (not Linux) or the process is gone."""
+    try:
+        with open(f"/proc/{pid}/status") as fh:
+            for line in fh:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return 0
+    return 0
+
+
 def save_tensors(obj: Any, out: str | os.PathLike[str]) -> None:
     """``torch.save(obj)`` to ``out`` atomically.  Serialised in memory first, then written
     with plain file writes, so a full or read-only disk raises ``OSError`` naming the file

@@ -360,11 +360,12 @@ def plot_timeline(timelines: dict[str, list[dict[str, Any]]], path: str) -> None
 
 
 def _rss_kib(field: str) -> int:
-    with open("/proc/self/status") as fh:
-        for line in fh:
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
-    raise OSError(f"/proc/self/status has no {field}")
+    from gnnflow.io import proc_memory
+
+    value = proc_memory(field) // 1024
+    if not value:
+        raise OSError(f"/proc/self/status has no {field}")
+    return value
 
 
 def _memory_rank(ctx: RankContext, cfg_dict: dict[str, Any]) -> dict[str, Any]:

@@ -48,6 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from gnnflow.bench.ratios import headline, operand, ratio
+from gnnflow.io import proc_memory
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -61,11 +62,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _rss_mib() -> float:
     """Peak RSS of this process's address space (``VmHWM``), MiB."""
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024.0
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # pragma: no cover - not Linux
+    return proc_memory("VmHWM") / 2**20 or resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
 def _current_rss_mib() -> float:

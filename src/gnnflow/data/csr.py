@@ -125,15 +125,16 @@ def is_symmetric(indptr: np.ndarray, indices: np.ndarray) -> bool:
 
 
 def with_self_loops(indptr: np.ndarray, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """CSR of A + I: vertex v appended to its own in-neighbour list."""
+    """CSR of A + I: vertex v appended to its own in-neighbour list (``indices`` keep their dtype)."""
     indptr = np.asarray(indptr, dtype=np.int64)
+    indices = np.asarray(indices)
     n = indptr.shape[0] - 1
     new_ptr = indptr + np.arange(n + 1, dtype=np.int64)
-    out = np.empty(int(new_ptr[-1]), dtype=np.int64)
+    out = np.empty(int(new_ptr[-1]), dtype=indices.dtype)
     is_loop = np.zeros(out.shape[0], dtype=bool)
     is_loop[new_ptr[1:] - 1] = True
-    out[~is_loop] = np.asarray(indices, dtype=np.int64)
-    out[is_loop] = np.arange(n, dtype=np.int64)
+    out[~is_loop] = indices
+    out[is_loop] = np.arange(n, dtype=indices.dtype)
     return new_ptr, out
 
 

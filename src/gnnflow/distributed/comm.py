@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import torch
 import torch.distributed as dist
 
@@ -144,6 +145,63 @@ def alltoallv(
     if world(group)[1] == 1:
         return list(send)
     return start_alltoallv(send, stats, recv_counts, group).wait()
+
+
+def exchange_rows_in_rounds(
+    gather: Any,
+    send_counts: list[int],
+    recv_counts: list[int],
+    scatter: Any,
+    row_shape: tuple[int, ...],
+    max_bytes: int,
+    stats: CommStats | None = None,
+    group: Any = None,
+) -> int:
+    """An all-to-all of rows in rounds of at most ~``max_bytes`` sent and received per rank.
+
+    ``gather(peer, lo, hi, out)`` writes rows ``lo:hi`` of what this rank sends ``peer`` into
+    ``out`` (a view of the round's send buffer); ``scatter(peer, lo, hi, rows)`` takes rows
+    ``lo:hi`` of what ``peer`` sent.  Round ``j`` of ``R`` carries rows
+    ``[j*c//R, (j+1)*c//R)`` of each pair's ``c`` rows, a cut both sides compute alike; ``R``
+    is the largest any rank needs (one all-reduce).  So the buffers of an exchange are two
+    rounds' worth, not the whole exchange, and rows are gathered straight into the send
+    buffer.  Collective; returns the number of rounds.
+    """
+    rank, size = world(group)
+    row_bytes = 4 * int(np.prod(row_shape)) if row_shape else 4
+    need = max(sum(send_counts), sum(recv_counts)) * row_bytes
+    rounds = torch.tensor([max(1, -(-need // max(1, max_bytes)))], dtype=torch.int64)
+    note_progress()
+    if size > 1:
+        dist.all_reduce(rounds, op=dist.ReduceOp.MAX, group=group)
+    rounds_n = int(rounds.item())
+    for j in range(rounds_n):
+        s_lo = [c * j // rounds_n for c in send_counts]
+        s_hi = [c * (j + 1) // rounds_n for c in send_counts]
+        r_lo = [c * j // rounds_n for c in recv_counts]
+        r_hi = [c * (j + 1) // rounds_n for c in recv_counts]
+        s_n = [h - lo for lo, h in zip(s_lo, s_hi, strict=True)]
+        r_n = [h - lo for lo, h in zip(r_lo, r_hi, strict=True)]
+        flat = torch.empty((sum(s_n), *row_shape), dtype=torch.float32)
+        at = 0
+        for p in range(size):
+            if s_n[p]:
+                gather(p, s_lo[p], s_hi[p], flat[at:at + s_n[p]])
+            at += s_n[p]
+        recv = torch.empty((sum(r_n), *row_shape), dtype=torch.float32)
+        if size > 1:
+            dist.all_to_all_single(recv, flat, output_split_sizes=r_n, input_split_sizes=s_n, group=group)
+        else:
+            recv.copy_(flat)
+        if stats is not None:
+            stats.add([n * row_bytes for n in s_n], [n * row_bytes for n in r_n])
+        del flat
+        at = 0
+        for p in range(size):
+            if r_n[p]:
+                scatter(p, r_lo[p], r_hi[p], recv[at:at + r_n[p]])
+            at += r_n[p]
+    return rounds_n
 
 
 class AllToAllRows(torch.autograd.Function):

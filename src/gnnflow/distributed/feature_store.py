@@ -33,10 +33,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from gnnflow.distributed.comm import CommStats, alltoallv, world
+from gnnflow.distributed.comm import CommStats, alltoallv, exchange_rows_in_rounds, world
 from gnnflow.errors import ConfigError
 
 Rows = np.ndarray | torch.Tensor
+#: rows an exchange sends (and receives) per round, at most about this many bytes
+EXCHANGE_BYTES = 32 << 20
 
 
 def _rows_tensor(table: Rows, pos: np.ndarray, out: torch.Tensor | None = None) -> torch.Tensor:
@@ -158,9 +160,11 @@ class FeatureStore:
     def _exchange(self, ids: np.ndarray, owner: np.ndarray, out: torch.Tensor, dest: np.ndarray) -> None:
         """Request ``ids`` from their ``owner`` ranks and write the rows to ``out[dest]``.
 
-        One id exchange + one row exchange; received rows are scattered straight
-        into ``out`` (no intermediate concatenation: the buffers a batch needs
-        are the request, the reply and the output).
+        One id exchange, then the rows in rounds of at most :data:`EXCHANGE_BYTES`
+        (:func:`~gnnflow.distributed.comm.exchange_rows_in_rounds`): owners gather the
+        requested rows straight into the round's send buffer and received rows are
+        scattered straight into ``out``, so an exchange needs two rounds' buffers beside
+        the output, whatever the batch.
         """
         shape_tail = tuple(self.table.shape[1:])
         if self.world_size == 1:
@@ -171,21 +175,22 @@ class FeatureStore:
         counts = np.bincount(owner, minlength=self.world_size)
         send_ids = torch.split(torch.from_numpy(ids[order]), counts.tolist())
         requests = alltoallv(list(send_ids), self.stats, group=self.group)
-        replies = []
+        positions = []
         for peer, req in enumerate(requests):
-            if peer == self.rank or req.numel() == 0:
-                replies.append(torch.empty((req.numel(), *shape_tail), dtype=torch.float32))
-                continue
-            pos = self.part.global_to_local(req.numpy())
-            if (pos < 0).any() or (pos >= self.part.num_inner).any():
+            pos = self.part.global_to_local(req.numpy()) if peer != self.rank else np.zeros(0, dtype=np.int64)
+            if pos.size and ((pos < 0).any() or (pos >= self.part.num_inner).any()):
                 raise ConfigError(f"feature store: rank {peer} asked rank {self.rank} for vertices it does not own")
-            replies.append(_rows_tensor(self.table, pos))
-        rows = alltoallv(replies, self.stats, recv_counts=counts.tolist(), group=self.group)
-        del replies
-        targets = torch.split(torch.from_numpy(dest[order]), counts.tolist())
-        for idx, got in zip(targets, rows, strict=True):
-            if idx.numel():
-                out.index_copy_(0, idx, got)
+            positions.append(pos)
+        dest_by_peer = np.split(dest[order], np.cumsum(counts)[:-1])
+
+        def gather(peer: int, lo: int, hi: int, buf: torch.Tensor) -> None:
+            _rows_tensor(self.table, positions[peer][lo:hi], out=buf)
+
+        def scatter(peer: int, lo: int, hi: int, rows: torch.Tensor) -> None:
+            out.index_copy_(0, torch.from_numpy(dest_by_peer[peer][lo:hi]), rows)
+
+        exchange_rows_in_rounds(gather, [int(p.shape[0]) for p in positions], counts.tolist(), scatter,
+                                shape_tail, EXCHANGE_BYTES, self.stats, self.group)
 
     # -- cache -------------------------------------------------------------------
     def build_cache(self, candidate_ids: np.ndarray, candidate_counts: np.ndarray, capacity: int) -> int:

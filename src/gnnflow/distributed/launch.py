@@ -58,7 +58,13 @@ from gnnflow.distributed.network import (
     set_run_address,
     start_store,
 )
-from gnnflow.distributed.processes import TAG_ENV, die_with_parent, new_run_tag, remove_run_shm
+from gnnflow.distributed.processes import (
+    TAG_ENV,
+    die_with_parent,
+    new_run_tag,
+    remove_run_shm,
+    tune_allocator,
+)
 from gnnflow.distributed.watchdog import Heartbeat, HeartbeatMonitor
 from gnnflow.errors import DistributedError, Terminated
 from gnnflow.io import configure_logging
@@ -140,6 +146,7 @@ def _rank_entry(
 ) -> None:
     """Body of a spawned rank: beat, init the group, run ``fn``, report through ``conn``."""
     die_with_parent()
+    tune_allocator()
     os.environ["GNNFLOW_RANK"] = str(rank)
     configure_logging()  # rank 0 reports each epoch as it ends (driver)
     torch.set_num_threads(threads)
@@ -203,6 +210,7 @@ def _run_external(launcher: str, fn: Callable[..., Any], args: tuple[Any, ...], 
         local = int(os.environ.get("SLURM_LOCALID", rank))
         master, port = _slurm_master()
         agent_store = False
+    tune_allocator()
     address = local_address_towards(master)
     set_run_address(address)
     # a rank's own helpers (sampler processes) reach the master at the same address

@@ -16,6 +16,20 @@ threads joined by bounded queues:
 * a second worker moves the batch to the device (output queue
   ``capacities[2]``, default 1: scarce GPU memory).
 
+On the CPU the device copy is nothing, and its thread and queue are left out.
+
+The queues are bounded in count (DistDGLv2's capacities) and in bytes
+(``max_bytes``, default 384 MiB, the ``pipeline_mib`` option).  Each stage has
+a budget for the bytes IT added to the batches in flight (queued downstream or
+being trained on; a quarter of ``max_bytes`` for the sampler's blocks, all of
+it for the loaded rows and the device copies): a stage that has produced a
+batch waits before handing it on while its budget is spent, and only the
+training thread releases it, so no stage waits on a batch that waits on it.
+On a products-sized graph a loaded batch of 1000 targets with fanouts 15,10,5
+holds ~240 MB of input rows, so 25 + 5 + 1 queued batches would cost several
+GB; bounded in bytes, a rank holds the batch it trains on and the next one (a
+single batch larger than its budget still passes).
+
 The training thread only takes finished batches (:meth:`MiniBatchPipeline.get`)
 and records the time it waited.  The schedule is one stream across all epochs
 (DistDGLv2: "we run the asynchronous sampling pipeline throughout the entire
@@ -58,7 +72,50 @@ from gnnflow.distributed.comm import world
 from gnnflow.errors import DistributedError
 
 DEFAULT_CAPACITIES = (25, 5, 1)
+DEFAULT_MAX_BYTES = 384 << 20
+#: share of ``max_bytes`` each stage's additions may take (sampled blocks, loaded rows, device copies)
+STAGE_SHARES = {"sample": 0.25, "load": 1.0, "device": 1.0}
 _DONE = object()
+
+
+def tensor_bytes(obj: Any) -> int:
+    """Bytes of the tensors reachable from ``obj`` (tensors, lists, tuples, dicts, dataclasses)."""
+    if isinstance(obj, torch.Tensor):
+        return obj.element_size() * obj.numel()
+    if isinstance(obj, list | tuple):
+        return sum(tensor_bytes(x) for x in obj)
+    if isinstance(obj, dict):
+        return sum(tensor_bytes(x) for x in obj.values())
+    if hasattr(obj, "__dataclass_fields__"):
+        return sum(tensor_bytes(getattr(obj, f)) for f in obj.__dataclass_fields__ if f != "cache")
+    return 0
+
+
+class ByteBudget:
+    """Bytes the batches in flight may hold; :meth:`acquire` waits while they would exceed it
+    (unless nothing is held: one batch larger than the budget still passes)."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = int(capacity)
+        self.used = 0
+        self.high_water = 0
+        self._cond = threading.Condition()
+
+    def acquire(self, n: int, stop: threading.Event) -> bool:
+        """Take ``n`` bytes; False when ``stop`` was set while waiting."""
+        with self._cond:
+            while self.used > 0 and self.used + n > self.capacity:
+                if stop.is_set():
+                    return False
+                self._cond.wait(0.1)
+            self.used += n
+            self.high_water = max(self.high_water, self.used)
+            return True
+
+    def release(self, n: int) -> None:
+        with self._cond:
+            self.used -= n
+            self._cond.notify_all()
 
 
 @dataclass
@@ -125,15 +182,19 @@ class MiniBatchPipeline:
         schedule: Iterable[MiniBatch],
         sample: Stage,
         load: Stage,
-        to_device: Stage,
+        to_device: Stage | None,
         asynchronous: bool = True,
         capacities: tuple[int, int, int] = DEFAULT_CAPACITIES,
         timeout_s: float = 120.0,
+        max_bytes: int = DEFAULT_MAX_BYTES,
     ) -> None:
         if len(capacities) != 3 or any(int(c) < 1 for c in capacities):
             raise DistributedError(f"pipeline capacities must be three positive counts, got {capacities}")
         self.schedule: Iterator[MiniBatch] = iter(schedule)
-        self.stages = [("sample", sample), ("load", load), ("device", to_device)]
+        # to_device None: nothing to copy (CPU), no stage
+        self.stages = [("sample", sample), ("load", load)] + ([("device", to_device)] if to_device else [])
+        self.budgets = {name: ByteBudget(int(max_bytes * STAGE_SHARES[name])) for name, _ in self.stages}
+        self._held: dict[str, int] = {}  # bytes each stage added to the batch the training thread has
         self.asynchronous = asynchronous
         self.capacities = tuple(int(c) for c in capacities)
         self.timeout_s = timeout_s
@@ -151,14 +212,14 @@ class MiniBatchPipeline:
         self._started = True
         if not self.asynchronous:
             return self
-        queues = [queue.Queue(maxsize=c) for c in self.capacities]
+        queues = [queue.Queue(maxsize=c) for c in self.capacities[: len(self.stages)]]
         names = ["gnnflow-sampler", "gnnflow-loader", "gnnflow-devcopy"]
-        sources: list[Any] = [None, queues[0], queues[1]]
+        sources: list[Any] = [None, *queues[:-1]]
         for i, (_name, fn) in enumerate(self.stages):
             t = threading.Thread(target=self._run_stage, args=(i, fn, sources[i], queues[i]),
                                  name=names[i], daemon=True)
             self._threads.append(t)
-        self._out = queues[2]
+        self._out = queues[-1]
         for t in self._threads:
             t.start()
         return self
@@ -175,6 +236,11 @@ class MiniBatchPipeline:
                     self._put(out, _DONE)
                     return
                 mb = self._apply(name, fn, mb)
+                added = mb.meta.setdefault("pipeline_bytes", {})
+                grown = max(0, tensor_bytes(mb) - sum(added.values()))
+                if not self.budgets[name].acquire(grown, self._stop):
+                    return
+                added[name] = grown
                 self._put(out, mb)
                 self.high_water[i] = max(self.high_water[i], out.qsize())
         except BaseException as exc:  # hand the error to the training thread
@@ -221,6 +287,9 @@ class MiniBatchPipeline:
             mb.times["wait"] = 0.0
             return mb
         assert self._out is not None
+        for name, n in self._held.items():  # the training thread is done with the previous batch
+            self.budgets[name].release(n)
+        self._held = {}
         t0 = time.perf_counter()
         while True:
             if self._error is not None:
@@ -234,6 +303,7 @@ class MiniBatchPipeline:
                     raise DistributedError(f"mini-batch pipeline: no batch for {self.timeout_s:.0f}s") from None
         if item is _DONE:
             raise StopIteration
+        self._held = dict(item.meta.get("pipeline_bytes", {}))
         item.times["wait"] = time.perf_counter() - t0
         return item
 

@@ -55,7 +55,7 @@ import torch
 from gnnflow.distributed.launch import init_group
 from gnnflow.distributed.network import LOOPBACK, connect_store
 from gnnflow.distributed.pipeline import MiniBatch
-from gnnflow.distributed.processes import die_with_parent
+from gnnflow.distributed.processes import die_with_parent, tune_allocator
 from gnnflow.errors import DistributedError
 from gnnflow.sampling import Block
 from gnnflow.strategies.base import RankContext
@@ -155,6 +155,7 @@ def _serve(spec: SamplerSpec, parent_pid: int, requests: Any, results: Any, free
     """Body of a sampler process: run the sample and load stages of every requested batch
     and hand the outputs over in a free slot."""
     die_with_parent()
+    tune_allocator()
     torch.set_num_threads(1)
     os.environ["GNNFLOW_RANK"] = str(spec.rank)
     try:

@@ -12,7 +12,8 @@ vertices "solid" and the others "halo")::
     PARTDIR/part<i>/
         inner_ids.npy          int64 global ids of the part's own vertices, sorted
         halo_ids.npy           int64 global ids of 1-hop in-neighbours not owned, sorted
-        indptr.npy, indices.npy  local CSR; row r = inner vertex r; entries index
+        indptr.npy, indices.npy  local CSR; row r = inner vertex r; entries (int32 when
+                               they fit, as books write them; int64 read too) index
                                local_to_global = concat(inner_ids, halo_ids)
         features.npy           float32 [n_inner, D] (memory-mapped on load)
         labels.npy             int64 [n_inner]
@@ -252,6 +253,11 @@ def khop_in_neighbourhood(indptr: np.ndarray, indices: np.ndarray, seeds: np.nda
     return out
 
 
+def local_index_dtype(num_local: int) -> np.dtype:
+    """int32 for a part's local ids when they fit (always, in practice), else int64."""
+    return np.dtype(np.int32) if num_local < 2**31 else np.dtype(np.int64)
+
+
 def write_parts(tmp: Path, store: Any, node_part: np.ndarray, num_parts: int,
                 halo_hops: int = 1, features: bool = True) -> list[dict[str, int]]:
     """Write ``part<i>/`` directories for ``node_part`` into ``tmp``; return per-part counts.
@@ -283,7 +289,8 @@ def write_parts(tmp: Path, store: Any, node_part: np.ndarray, num_parts: int,
         np.save(d / "inner_ids.npy", inner)
         np.save(d / "halo_ids.npy", halo)
         np.save(d / "indptr.npy", sub_indptr)
-        np.save(d / "indices.npy", local)
+        # local ids fit int32 (half the bytes of the structure a rank keeps in memory)
+        np.save(d / "indices.npy", local.astype(local_index_dtype(inner.shape[0] + halo.shape[0]), copy=False))
         del nbrs, local
         np.save(d / "labels.npy", np.asarray(store.labels[inner], dtype=np.int64))
         for name, ids in splits.items():

@@ -72,8 +72,9 @@ def _assignment(node_part: np.ndarray) -> Any:
 
 
 def write_dgl_partitions(book: Any, store: Any, out_dir: str | os.PathLike[str], graph_name: str,
-                         overwrite: bool = False, quiet: bool = True) -> Path:
-    """Write ``book``'s partitions in DGL 1.1.3's layout; return the path of ``<graph_name>.json``."""
+                         overwrite: bool = False, quiet: bool = True, self_loops: bool = False) -> Path:
+    """Write ``book``'s partitions in DGL 1.1.3's layout; return the path of ``<graph_name>.json``.
+    ``self_loops``: of A + I (each vertex's own loop, in its own partition)."""
     from dgl.distributed import partition_graph
 
     from gnnflow.partition.api import open_graph
@@ -87,6 +88,10 @@ def write_dgl_partitions(book: Any, store: Any, out_dir: str | os.PathLike[str],
     trainers = int(levels[1]) if levels else 1
     num_parts = book.num_parts // trainers
     g = store_to_dgl(store)
+    if self_loops:
+        import dgl
+
+        g = dgl.add_self_loop(g)
     out_dir = Path(out_dir)
     with atomic_dir(out_dir, overwrite=overwrite) as tmp:
         sink = io.StringIO()

@@ -3,7 +3,13 @@
 Every strategy fills the same columns, so one table compares them all.  Times
 are seconds summed over the epoch's iterations on that rank; counters are
 totals over the epoch on that rank.  Strategy-specific counters go into
-``extra`` and become ``x_<name>`` columns in the table.
+``extra`` and become ``x_<name>`` columns in the table.  ``memory`` holds the
+peak resident memory (VmHWM, MiB) of the rank's processes so far, as
+``mem_<name>`` columns.
+
+Times and memory are measured on the machine; every other column is a function
+of the config and seed (:func:`is_measurement` tells them apart, e.g. to check
+that a resumed run equals an uninterrupted one).
 """
 
 from __future__ import annotations
@@ -51,10 +57,11 @@ class EpochRecord:
     times: dict[str, float] = field(default_factory=dict)
     counters: dict[str, float] = field(default_factory=dict)
     extra: dict[str, float] = field(default_factory=dict)
+    memory: dict[str, float] = field(default_factory=dict)
 
     def flat(self) -> dict[str, Any]:
-        """One flat row: ``time_<timer>``, counter names, ``x_<extra>``."""
-        row = {k: v for k, v in asdict(self).items() if k not in ("times", "counters", "extra")}
+        """One flat row: ``time_<timer>``, counter names, ``x_<extra>``, ``mem_<memory>``."""
+        row = {k: v for k, v in asdict(self).items() if k not in ("times", "counters", "extra", "memory")}
         for t in TIMERS:
             row[f"time_{t}"] = float(self.times.get(t, 0.0))
         for t, v in self.times.items():
@@ -65,7 +72,15 @@ class EpochRecord:
             row.setdefault(c, float(v))
         for k, v in self.extra.items():
             row[f"x_{k}"] = v
+        for k, v in self.memory.items():
+            row[f"mem_{k}"] = float(v)
         return row
+
+
+def is_measurement(column: str) -> bool:
+    """True for columns measured on the machine: times (``time_*``, ``x_*_s``) and memory
+    (``mem_*``); the rest are a function of the config and seed (and ``run_id`` names the run)."""
+    return column.startswith(("time_", "mem_")) or (column.startswith("x_") and column.endswith("_s"))
 
 
 class Recorder:

@@ -81,10 +81,11 @@ def read_table(path: str | Path) -> pd.DataFrame:
 
 
 def per_run_epoch(table: pd.DataFrame) -> pd.DataFrame:
-    """Collapse ranks per run and epoch: the slowest rank's times, the summed counters,
-    and the mean of the strategy extras (``x_*``: per-rank rates, ratios, sizes)."""
+    """Collapse ranks per run and epoch: the slowest rank's times, the summed counters, the
+    mean of the strategy extras (``x_*``: per-rank rates, ratios, sizes) and the largest
+    rank's memory (``mem_*``)."""
     keys = [c for c in ("run_id", "strategy", "dataset", "model", "workers", "epoch") if c in table]
-    time_cols = [c for c in table if c.startswith("time_")]
+    time_cols = [c for c in table if c.startswith(("time_", "mem_"))]  # both: the worst rank
     acc_cols = [c for c in ("loss", "train_acc", "val_acc", "test_acc") if c in table]
     numeric = table.select_dtypes("number").columns
     extra_cols = [c for c in numeric if c.startswith("x_")]

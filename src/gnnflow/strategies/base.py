@@ -78,6 +78,10 @@ class Strategy(ABC):
     def evaluate(self) -> dict[str, float]:
         """Return ``{"train_acc", "val_acc", "test_acc"}`` (the same on every rank)."""
 
+    def helper_pids(self) -> dict[str, int]:
+        """Processes this rank started for the strategy, by role (their memory is recorded too)."""
+        return {}
+
     def state_dict(self) -> dict[str, Any]:
         """What a checkpoint holds; loadable with ``torch.load(weights_only=True)``."""
         assert self.model is not None and self.optimizer is not None

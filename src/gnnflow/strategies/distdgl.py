@@ -139,16 +139,18 @@ def num_samplers(cfg: Any) -> int:
     return int(value)
 
 
-def dgl_partitions(book_path: str, graph_path: str, num_parts: int, run: str, run_dir: Path) -> list[Path]:
-    """DGL layout of ``book_path`` (written once, next to the book) and, in ``run_dir``, one
-    config per partition naming the graph ``<run>m<r>`` (absolute paths to the shared layout)."""
+def dgl_partitions(book_path: str, graph_path: str, num_parts: int, run: str, run_dir: Path,
+                   self_loops: bool = False) -> list[Path]:
+    """DGL layout of ``book_path`` (written once, next to the book; of A + I with ``self_loops``,
+    the model's graph as every strategy trains on it) and, in ``run_dir``, one config per
+    partition naming the graph ``<run>m<r>`` (absolute paths to the shared layout)."""
     from gnnflow.partition.dgl_interop import write_dgl_partitions
 
     book = Path(book_path).resolve()
-    out = book.parent / f"{book.name}.dgl"
+    out = book.parent / f"{book.name}.dgl{'-loops' if self_loops else ''}"
     conf = out / "gnnflow.json"
     if not conf.exists():
-        write_dgl_partitions(book, graph_path, out, "gnnflow")
+        write_dgl_partitions(book, graph_path, out, "gnnflow", self_loops=self_loops)
     cfg = json.loads(conf.read_text())
     if int(cfg["num_parts"]) != num_parts:
         raise ConfigError(f"{conf}: {cfg['num_parts']} DGL partitions for {num_parts} trainers; "
@@ -243,6 +245,9 @@ class DistDGLBaseline(Strategy):
 
     def __init__(self, cfg: Any, ctx: RankContext) -> None:
         super().__init__(cfg, ctx)
+        if cfg.graph_degrees:
+            raise ConfigError("gcn_degrees=graph: DGL's GraphConv normalises a sampled block by its own "
+                              "degrees; run the DistDGL peer with --gcn-degrees block")
         self.servers: list[subprocess.Popen] = []
         self.janitor: subprocess.Popen | None = None
         self.run: str | None = None  # this run's token in shared-memory names
@@ -271,7 +276,8 @@ class DistDGLBaseline(Strategy):
 
             book = PartitionBook.open(cfg.partition)
             run_dir = Path(tempfile.mkdtemp(prefix=f"gnnflow-dgl-{run}-"))
-            confs = dgl_partitions(cfg.partition, str(book.graph_path), size, run, run_dir)
+            confs = dgl_partitions(cfg.partition, str(book.graph_path), size, run, run_dir,
+                                   self_loops=cfg.adds_self_loops)
             ip_config = run_dir / "ip_config.txt"
             ip_config.write_text("".join(f"127.0.0.1 {free_port()}\n" for _ in range(size)))
             self.servers = start_servers(confs, ip_config, run, size, samplers)

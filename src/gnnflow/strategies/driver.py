@@ -41,7 +41,7 @@ import torch.distributed as dist
 from gnnflow.config import TrainConfig
 from gnnflow.distributed.watchdog import note_progress
 from gnnflow.errors import ConfigError
-from gnnflow.io import provenance, save_tensors, write_json
+from gnnflow.io import proc_memory, provenance, save_tensors, write_json
 from gnnflow.results.schema import EpochRecord, Recorder, write_records
 from gnnflow.strategies.base import RankContext, Strategy, strategy_class
 from gnnflow.strategies.common import drop_rows_after_epoch
@@ -95,6 +95,15 @@ def _set_global_rng_state(state: dict[str, Any]) -> None:
 def load_checkpoint(run_dir: str | Path) -> dict[str, Any]:
     """The run's last checkpoint (``weights_only`` load)."""
     return torch.load(Path(run_dir) / CKPT, map_location="cpu", weights_only=True)
+
+
+def memory_figures(strategy: Strategy) -> dict[str, float]:
+    """Peak resident memory (VmHWM, MiB) so far of this rank's process and of the processes it
+    started for the strategy (a sampler process): memory is measured in every run."""
+    out = {"peak_rss_mib": proc_memory("VmHWM") / 2**20}
+    for name, pid in strategy.helper_pids().items():
+        out[f"{name}_peak_rss_mib"] = proc_memory("VmHWM", pid) / 2**20
+    return out
 
 
 def _gather(obj: Any, ctx: RankContext) -> list[Any] | None:
@@ -152,6 +161,7 @@ def _train(strategy: Strategy, cfg: TrainConfig, ctx: RankContext) -> list[Epoch
             train_acc=accs.get("train_acc", float("nan")), val_acc=accs.get("val_acc", float("nan")),
             test_acc=accs.get("test_acc", float("nan")), time_epoch=rec.elapsed(),
             times=dict(rec.times), counters=dict(rec.counters), extra=dict(rec.extra),
+            memory=memory_figures(strategy),
         )
         gathered = _gather(record, ctx)
         states = _gather({"state": strategy.state_dict(), "rng": _global_rng_state()}, ctx)
@@ -208,10 +218,12 @@ def run_training(cfg: TrainConfig) -> list[EpochRecord]:
     A run that fails (or is stopped by a signal) after its directory was made is
     marked ``"status": "failed"`` in ``run.json``, with the error.
     """
+    from gnnflow.distributed.processes import tune_allocator
     from gnnflow.strategies.preflight import check_run
 
     cls = strategy_class(cfg.strategy)
     check_run(cfg, cls)  # before any rank starts and before the run directory is written
+    tune_allocator()  # this process trains too (one rank, or rank 0 under torchrun/srun)
     # under torchrun/srun every rank runs this function; only rank 0 writes files
     is_rank0 = int(os.environ.get("RANK", os.environ.get("SLURM_PROCID", "0"))) == 0
     run_dir = cfg.run_dir if is_rank0 else None

@@ -118,7 +118,7 @@ class LocalHaloSampler:
         indptr = np.asarray(indptr, dtype=np.int64)
         # halo rows have no in-edges locally: degree 0
         ext = np.concatenate([indptr, np.full(num_halo, indptr[-1], dtype=np.int64)])
-        self.sampler = NeighborSampler(ext, np.asarray(indices, dtype=np.int64), fanouts, seed,
+        self.sampler = NeighborSampler(ext, np.asarray(indices), fanouts, seed,
                                        vertex_ids=local_to_global)
         self.fanouts = list(fanouts)
         self.num_inner = int(num_inner)

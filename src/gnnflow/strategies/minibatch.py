@@ -34,7 +34,8 @@ inner vertices' representations and fetches its halo rows from their owners
 returns the same global accuracies.
 
 Options (``cfg.options``): ``pipeline`` (bool, default true),
-``capacities`` ("25,5,1"), ``replicate_structure`` (false), ``two_level``
+``capacities`` ("25,5,1"), ``pipeline_mib`` (512: bytes the batches in flight may
+hold), ``replicate_structure`` (false), ``two_level``
 (true), ``cache_rows`` (0: rows of hot remote features cached, chosen from
 ``presample_batches`` (8) presampled batches), ``ddp`` (false).  The model
 settings ``self_loops`` (the part becomes its share of A + I) and ``gcn_degrees``
@@ -73,6 +74,7 @@ from gnnflow.distributed.dist_sampler import make_sampler, presample_input_count
 from gnnflow.distributed.feature_store import FeatureStore
 from gnnflow.distributed.pipeline import (
     DEFAULT_CAPACITIES,
+    DEFAULT_MAX_BYTES,
     MiniBatch,
     MiniBatchPipeline,
     add_stats_delta,
@@ -140,6 +142,10 @@ class MiniBatchStrategy(Strategy):
         self.opts = opts
         self.use_pipeline = _bool(opts.get("pipeline", True))
         self.capacities = parse_capacities(opts.get("capacities"))
+        # bytes the batches in flight may hold (queued and the one being trained on), MiB
+        self.pipeline_mib = int(opts.get("pipeline_mib", DEFAULT_MAX_BYTES >> 20))
+        if self.pipeline_mib < 1:
+            raise ConfigError(f"options.pipeline_mib: a positive number of MiB, got {self.pipeline_mib}")
         self.replicate_structure = _bool(opts.get("replicate_structure", False))
         self.two_level = _bool(opts.get("two_level", True))
         self.cache_rows = int(opts.get("cache_rows", 0))
@@ -389,8 +395,9 @@ class MiniBatchStrategy(Strategy):
         sample, load = self.sample_stage, self.load_stage
         if asynchronous and self.sampler_proc is not None:
             schedule, sample, load = self.sampler_proc.map(schedule), already_done, already_done
-        return MiniBatchPipeline(schedule, sample, load, self.device_stage, asynchronous=asynchronous,
-                                 capacities=self.capacities)
+        to_device = self.device_stage if self.ctx.device.type != "cpu" else None  # nothing to copy on a CPU
+        return MiniBatchPipeline(schedule, sample, load, to_device, asynchronous=asynchronous,
+                                 capacities=self.capacities, max_bytes=self.pipeline_mib << 20)
 
     # ---------------------------------------------------------------- training
     def compute_loss(self, mb: MiniBatch, rec: Recorder) -> torch.Tensor:
@@ -486,7 +493,7 @@ class MiniBatchStrategy(Strategy):
             return self._global_degrees
         part = self.part
         n_in = part.num_inner
-        partial = np.bincount(np.asarray(part.indices, dtype=np.int64), minlength=part.num_local).astype(np.int64)
+        partial = np.bincount(np.asarray(part.indices), minlength=part.num_local).astype(np.int64)
         out_inner = partial[:n_in].copy()
         group = self.part_group
         if world(group)[1] > 1:
@@ -527,6 +534,9 @@ class MiniBatchStrategy(Strategy):
         if world()[1] > 1:
             dist.all_reduce(t)
         return {f"{s}_acc": float(t[2 * i] / max(1.0, float(t[2 * i + 1]))) for i, s in enumerate(SPLITS)}
+
+    def helper_pids(self) -> dict[str, int]:
+        return {"sampler": int(self.sampler_proc.proc.pid)} if self.sampler_proc is not None else {}
 
     def close(self) -> None:
         if self.pipeline is not None:
