@@ -13,11 +13,10 @@ from gnnflow.cli import main as cli_main
 from gnnflow.config import TrainConfig
 from gnnflow.errors import ConfigError
 from gnnflow.nn import build_model
+from gnnflow.results.schema import is_measurement
 from gnnflow.sampling import Block
 from gnnflow.strategies.common import accuracy, evaluate_full, full_inference
 from gnnflow.strategies.driver import load_checkpoint, run_training
-
-TIMING = ("time_",)
 
 
 @pytest.fixture
@@ -59,7 +58,7 @@ def test_fullbatch_gcn_beats_mlp(synthetic_default, one_thread):
 
 def _records(run_dir) -> list[dict]:
     rows = [json.loads(line) for line in (run_dir / "records.jsonl").read_text().splitlines()]
-    return [{k: v for k, v in r.items() if not k.startswith(TIMING)} for r in rows]
+    return [{k: v for k, v in r.items() if not is_measurement(k)} for r in rows]
 
 
 def _same(a: list[dict], b: list[dict]) -> bool:

@@ -38,24 +38,30 @@ from gnnflow.errors import ConfigError
 
 Rows = np.ndarray | torch.Tensor
 #: rows an exchange sends (and receives) per round, at most about this many bytes
-EXCHANGE_BYTES = 32 << 20
+EXCHANGE_BYTES = 16 << 20
 
 
 def _rows_tensor(table: Rows, pos: np.ndarray, out: torch.Tensor | None = None) -> torch.Tensor:
     """``table[pos]`` as a contiguous float tensor (one gather; works on memory maps), written
-    into ``out`` when given."""
+    into ``out`` when given.
+
+    A memory-mapped shard's pages stay resident once touched (and the kernel maps up to 16
+    cached neighbours of each faulting page, so random gathers soon map the whole shard):
+    a rank's resident set includes its feature shard, which is the shard it was given.
+    """
     if isinstance(table, torch.Tensor):
         return torch.index_select(table, 0, torch.from_numpy(pos), out=out) if out is not None \
             else table[torch.from_numpy(pos)]
-    if out is not None and table.dtype == np.float32:
-        np.take(table, pos, axis=0, out=out.numpy())
-        return out
-    if pos.shape[0] == 0:
-        return torch.empty((0, *table.shape[1:]), dtype=torch.float32)
-    # np.take gathers straight from the memory map into a new array (no view, no
-    # extra copy); once a shard's pages are resident this is a plain memory gather
-    rows = torch.from_numpy(np.asarray(np.take(table, pos, axis=0), dtype=np.float32))
-    return out.copy_(rows) if out is not None else rows
+    if out is None:
+        out = torch.empty((pos.shape[0], *table.shape[1:]), dtype=torch.float32)
+    if pos.size and (int(pos.min()) < 0 or int(pos.max()) >= table.shape[0]):
+        raise ConfigError(f"feature store: row {int(pos.min())}..{int(pos.max())} outside the "
+                          f"{table.shape[0]} local rows; the partition book and node_part disagree")
+    if table.dtype == np.float32:  # "clip" (the positions are checked): no buffered copy of the rows
+        np.take(table, pos, axis=0, out=out.numpy(), mode="clip")
+    else:
+        out.numpy()[:] = np.take(table, pos, axis=0)
+    return out
 
 
 def _advise_random(table: Rows) -> None:

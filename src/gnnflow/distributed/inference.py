@@ -14,12 +14,15 @@ by a chunk, not by the part:
             table_{l+1}[chunk]     <- layer l on the chunk's block
 
 The tables of the hidden layers (``n_inner x hidden`` floats: 0.6 GB for a
-products-sized part at hidden 256) do not live in the rank's memory: they are
-an unlinked scratch file, memory-mapped, whose pages are dropped from the
-process after every chunk (:func:`gnnflow.io.release_pages`; the kernel's page
-cache keeps them and writes them back under pressure, like DGL's distributed
-tensors keep them in the cluster's memory).  Small tables stay in memory.
-The last layer's outputs (the logits, ``n_inner x classes``) are returned.
+products-sized part at hidden 256) are not anonymous memory: they are an
+unlinked scratch file, memory-mapped, whose pages are dropped from the process
+after every chunk (:func:`gnnflow.io.release_pages`; the kernel's page cache
+keeps them and can write them back under pressure).  While a layer reads the
+previous table at random rows, the kernel's fault-around maps most of it, so a
+rank's resident set holds about one hidden table at a time (the one being
+read), plus a chunk; the feature shard's pages are released after the first
+layer.  Small tables stay in memory.  The last layer's outputs (the logits,
+``n_inner x classes``) are returned.
 
 Collective: every rank of ``group`` calls it with the same model.
 """
@@ -181,13 +184,13 @@ def layerwise_inference(net: Any, part: Any, node_part: np.ndarray, device: torc
                     nxt.release()
                 if scratch is not None:
                     scratch.release()
-                else:
-                    release_pages(table)
             del store
             if out is not None:
                 return out
             if scratch is not None:
                 scratch.close()
+            else:  # the feature shard is not read again: its pages may leave the resident set
+                release_pages(table)
             scratch = nxt
             table = scratch.array
     finally:
