@@ -108,7 +108,7 @@ def verify(workers: int, model: str = "sage", seed: int = 0, *, tamper: str | No
     from gnnflow.config import TrainConfig
     from gnnflow.data.synthetic import prepare_synthetic
     from gnnflow.distributed.launch import run_ranks
-    from gnnflow.nn import build_model
+    from gnnflow.nn import build_model_from_config
     from gnnflow.partition.api import partition_graph
     from gnnflow.partition.book import PartitionBook
     from gnnflow.sampling import NeighborSampler
@@ -133,8 +133,7 @@ def verify(workers: int, model: str = "sage", seed: int = 0, *, tamper: str | No
 
         # single process: the same model, the union batch, the whole graph
         seed_everything(seed)
-        net = build_model(model, store.feature_dim, cfg.hidden, store.num_classes, cfg.num_layers,
-                          cfg.dropout, cfg.heads)
+        net = build_model_from_config(cfg, store.feature_dim, store.num_classes)
         opt = make_optimizer(net, cfg)
         blocks = NeighborSampler(store.indptr, store.indices, cfg.fanouts, seed=seed).sample_blocks(union)
         if model == "gcn":  # whole-graph degrees, as DataParallel's GCN blocks carry (options.degrees)

@@ -144,41 +144,6 @@ def _server_main() -> None:
     serv.start()
 
 
-# ---------------------------------------------------------------------------- DGL models
-class DGLModel(torch.nn.Module):
-    """DGL's own layers with the same hyperparameters as :func:`gnnflow.nn.build_model`."""
-
-    def __init__(self, model: str, in_dim: int, hidden: int, out_dim: int, num_layers: int, dropout: float,
-                 heads: int) -> None:
-        super().__init__()
-        import dgl.nn as dglnn
-
-        self.model = model
-        self.layers = torch.nn.ModuleList()
-        dims = [in_dim] + [hidden] * (num_layers - 1) + [out_dim]
-        for i in range(num_layers):
-            last = i == num_layers - 1
-            if model == "sage":
-                self.layers.append(dglnn.SAGEConv(dims[i], dims[i + 1], "mean"))
-            elif model == "gcn":
-                self.layers.append(dglnn.GraphConv(dims[i], dims[i + 1], allow_zero_in_degree=True))
-            else:
-                h = 1 if last else heads
-                d_in = dims[i] if i == 0 else dims[i] * heads
-                self.layers.append(dglnn.GATConv(d_in, dims[i + 1], h, allow_zero_in_degree=True))
-        self.dropout = torch.nn.Dropout(dropout)
-
-    def forward(self, blocks: list[Any], x: torch.Tensor) -> torch.Tensor:
-        h = x
-        for i, (layer, block) in enumerate(zip(self.layers, blocks, strict=True)):
-            h = layer(block, h)
-            if self.model == "gat":
-                h = h.flatten(1) if i < len(self.layers) - 1 else h.mean(1)
-            if i < len(self.layers) - 1:
-                h = self.dropout(F.relu(h))
-        return h
-
-
 # ---------------------------------------------------------------------------- the strategy
 class DistDGLBaseline(Strategy):
     """DGL's DistDGL (DistGraph, DistNodeDataLoader, DDP) on the partition book's partitions."""
@@ -196,6 +161,7 @@ class DistDGLBaseline(Strategy):
 
         from gnnflow.distributed.comm import world
         from gnnflow.distributed.launch import free_port
+        from gnnflow.nn.peer import dgl_model_from_config
         from gnnflow.strategies.common import make_optimizer, seed_everything
 
         cfg = self.cfg
@@ -238,7 +204,7 @@ class DistDGLBaseline(Strategy):
             self.g, self.split_nids["train"], sampler, batch_size=cfg.batch_size, shuffle=True, drop_last=False)
         seed_everything(cfg.seed)
         torch.manual_seed(cfg.seed)
-        net = DGLModel(cfg.model, feat_dim, cfg.hidden, num_classes, cfg.num_layers, cfg.dropout, cfg.heads)
+        net = dgl_model_from_config(cfg, feat_dim, num_classes)
         self.net = net
         self.model = torch.nn.parallel.DistributedDataParallel(net)
         self.optimizer = make_optimizer(net, cfg)

@@ -287,13 +287,12 @@ class MiniBatchStrategy(Strategy):
         return FeatureStore(self.part, self.node_part, stats=self.load_stats, group=group)
 
     def build_model(self) -> None:
-        from gnnflow.nn import build_model
+        from gnnflow.nn import build_model_from_config
         from gnnflow.strategies.common import make_optimizer, seed_everything
 
         cfg = self.cfg
         seed_everything(cfg.seed)
-        net = build_model(cfg.model, self.in_dim, cfg.hidden, self.num_classes, cfg.num_layers,
-                          cfg.dropout, cfg.heads).to(self.ctx.device)
+        net = build_model_from_config(cfg, self.in_dim, self.num_classes).to(self.ctx.device)
         _, size = world()
         if size > 1:  # identical initial weights everywhere, whatever the local RNG did
             for p in net.parameters():

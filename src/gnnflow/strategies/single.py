@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from gnnflow.config import TrainConfig
 from gnnflow.data.store import GraphStore, open_store
 from gnnflow.errors import ConfigError
-from gnnflow.nn import build_model
+from gnnflow.nn import build_model_from_config
 from gnnflow.results.schema import Recorder
 from gnnflow.sampling import Block, NeighborSampler, full_blocks
 from gnnflow.strategies.base import RankContext, Strategy
@@ -69,8 +69,7 @@ class SingleProcess(Strategy):
         if store.features is None:
             raise ConfigError(f"graph {cfg.graph}: has no features.npy; training needs vertex features")
         seed_everything(cfg.seed)
-        self.model = build_model(cfg.model, store.feature_dim, cfg.hidden, store.num_classes, cfg.num_layers,
-                                 cfg.dropout, cfg.heads).to(self.ctx.device)
+        self.model = build_model_from_config(cfg, store.feature_dim, store.num_classes).to(self.ctx.device)
         self.optimizer = make_optimizer(self.model, cfg)
         self.labels = torch.from_numpy(np.array(store.labels, dtype=np.int64))
         self.train_ids = torch.from_numpy(np.array(store.train_idx, dtype=np.int64))
