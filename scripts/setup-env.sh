@@ -3,7 +3,7 @@
 # plus the system libraries some stages use when this machine allows it.
 #
 #   scripts/setup-env.sh            # runtime: workflow and training
-#   scripts/setup-env.sh --test     # also test tools, MPI/ParMETIS, Slurm, Chromium
+#   scripts/setup-env.sh --test     # also test tools, peer libraries (PyG), MPI/ParMETIS, Slurm, Chromium
 #
 # Idempotent: a second run only checks.  System packages (Debian/Ubuntu, apt) are
 # installed when running as root; otherwise the script says what to install and
@@ -49,7 +49,7 @@ if [[ ! -x .venv/bin/python ]]; then
 fi
 stamp=.venv/.gnnflow-installed
 extras=""
-[[ $want_test == 1 ]] && extras="[test,mpi]"
+[[ $want_test == 1 ]] && extras="[test,mpi,peers]"
 key="$(cat pyproject.toml | sha256sum | cut -c1-16)$extras"
 if [[ ! -f $stamp ]] || ! grep -qx "$key" "$stamp"; then
   echo "setup-env: installing gnnflow$extras into .venv (torch CPU build; see README for CUDA)"

@@ -84,3 +84,32 @@ def results_table(runs: list[dict], epochs: int = 2, ranks: int = 2):
                     row[col] = v / ranks if summed else v
                 rows.append(row)
     return pd.DataFrame(rows)
+
+
+@pytest.fixture
+def no_leftovers():
+    """``check(runs)``: wait (up to 30 s) until no process started by this test is alive and
+    ``/dev/shm`` holds no entry of the named DistDGL runs; fail naming what is left."""
+    import time
+
+    import psutil
+
+    from gnnflow.strategies.distdgl_janitor import shm_entries
+
+    def check(runs: list[str], timeout: float = 30.0) -> None:
+        assert runs and all(runs), f"no DistDGL run tokens to check: {runs!r}"
+        me = psutil.Process()
+        deadline = time.monotonic() + timeout
+        while True:
+            # (multiprocessing's resource tracker serves this interpreter until it exits)
+            procs = [p for p in me.children(recursive=True) if p.status() != psutil.STATUS_ZOMBIE
+                     and "multiprocessing.resource_tracker" not in " ".join(p.cmdline())]
+            shm = [p.name for run in runs for p in shm_entries(run)]
+            if not procs and not shm:
+                return
+            if time.monotonic() > deadline:
+                left = [" ".join(p.cmdline())[:100] for p in procs]
+                raise AssertionError(f"left behind: processes {left}, /dev/shm {shm[:10]}")
+            time.sleep(0.5)
+
+    return check

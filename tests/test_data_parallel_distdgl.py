@@ -36,3 +36,56 @@ def test_distdgl_trains_on_the_partition_book_and_cleans_up(tmp_path):
     assert (book.path.parent / f"{book.path.name}.dgl" / "gnnflow.json").exists()
     time.sleep(2)
     assert {p.pid for p in _dgl_servers()} <= before
+
+
+@pytest.mark.slow
+def test_distdgl_sampler_processes_and_shared_memory_die_with_rank0(tmp_path, no_leftovers):
+    """SIGKILL to rank 0 mid-training: its servers, both trainers' DGL sampler processes and the
+    run's /dev/shm segments (which the killed servers cannot unlink) are all gone shortly after."""
+    import contextlib
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from gnnflow.data.synthetic import prepare_synthetic
+    from gnnflow.partition.api import partition_graph
+
+    store = prepare_synthetic(tmp_path / "graph", num_nodes=4096)
+    book = partition_graph(store.path, "metis", 2, tmp_path / "book", seed=0)
+    cli = subprocess.Popen([sys.executable, "-m", "gnnflow.cli", "train", "--strategy", "distdgl", "--graph",
+                            str(store.path), "--partition", str(book.path), "--workers", "2", "--epochs", "1000",
+                            "--batch-size", "64", "--opt", "num_samplers=1", "--out", str(tmp_path / "run")],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        me = psutil.Process(cli.pid)
+        deadline = time.monotonic() + 240
+        run = rank0 = None
+        while time.monotonic() < deadline and cli.poll() is None:
+            procs = me.children(recursive=True)
+            cmds = {p.pid: " ".join(p.cmdline()) for p in procs if p.is_running()}
+            janitor = [c for c in cmds.values() if "distdgl_janitor" in c]
+            samplers = [pid for pid, c in cmds.items() if "spawn_main" in c and
+                        psutil.Process(pid).parent().pid != cli.pid]
+            servers = [p for p in procs if cmds.get(p.pid, "").endswith("distdgl server")]
+            if janitor and len(samplers) >= 2 and servers:  # a DGL sampler process per rank
+                run, rank0 = janitor[0].split()[3], servers[0].parent()
+                break
+            time.sleep(1)
+        assert run is not None, "DistDGL with sampler processes did not start"
+        from gnnflow.strategies.distdgl_janitor import shm_entries
+
+        deadline = time.monotonic() + 120
+        while not shm_entries(run) and time.monotonic() < deadline:
+            time.sleep(1)
+        assert shm_entries(run), "the servers did not create their shared memory"
+        tree = me.children(recursive=True)
+        os.kill(rank0.pid, signal.SIGKILL)
+        assert cli.wait(120) != 0
+        gone, alive = psutil.wait_procs(tree, timeout=40)
+        assert not alive, [" ".join(p.cmdline())[:80] for p in alive]
+    finally:  # a failing check must not leave the run going
+        for p in [me, *me.children(recursive=True)] if cli.poll() is None else []:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                p.kill()
+    no_leftovers([run])

@@ -21,7 +21,7 @@ def test_bench_hec_reports_bytes_ratio_per_nc(tiny_store, tiny_book):
     hec.add_arguments(parser)
     args = parser.parse_args(["--graph", str(tiny_store.path), "--partition", str(tiny_book.path), "--workers", "2",
                               "--epochs", "1", "--repeat", "1", "--nc", "50,5", "--batch-size", "16",
-                              "--fanouts", "5,5", "--hidden", "8"])
+                              "--fanouts", "5,5", "--hidden", "8", "--no-distdgl"])
     out = hec.run(args)
     assert out["data_remote_feature_bytes"] > 0
     by_nc = {p["nc"]: p for p in out["hec"]}
@@ -30,6 +30,9 @@ def test_bench_hec_reports_bytes_ratio_per_nc(tiny_store, tiny_book):
     assert 0 < by_nc[5]["remote_bytes"] < by_nc[50]["remote_bytes"]
     assert out["ratio"] == pytest.approx(by_nc[50]["remote_bytes"] / out["data_remote_feature_bytes"])
     assert "nc=50" in out["summary"] and len(by_nc[50]["hit_rates"]) == 2
+    from gnnflow.bench.ratios import check_ratios
+
+    assert check_ratios(out) == [] and "distdgl" not in out["runs"]
 
 
 def _args(argv):
@@ -61,7 +64,7 @@ def test_bench_hec_generated_graph_counts_rows_exactly():
     feature_dim, hidden = 16, 8
     out = hec.run(_args(["--nodes", "2000", "--feature-dim", str(feature_dim), "--train-frac", "0.1",
                          "--workers", "2", "--epochs", "1", "--repeat", "1", "--nc", "1", "--batch-size", "16",
-                         "--fanouts", "5,5", "--hidden", str(hidden)]))
+                         "--fanouts", "5,5", "--hidden", str(hidden), "--no-distdgl"]))
     assert out["settings"]["feature_dim"] == feature_dim and out["settings"]["nodes"] == 2000
     # data-parallel moves whole 16-float feature rows, plus request ids and sampling
     assert out["data_remote_feature_bytes"] > 0 and out["data_remote_feature_bytes"] % (4 * feature_dim) == 0
@@ -77,3 +80,22 @@ def test_bench_hec_generated_graph_counts_rows_exactly():
     assert p["ratio"] == pytest.approx(p["remote_bytes"] / out["data_remote_feature_bytes"])
     assert p["ratio_all"] < p["ratio"]
     assert p["ratio_steady"] == pytest.approx(p["ratio"] * m / (m - 1))
+
+
+@pytest.mark.slow
+def test_bench_hec_adds_distdgl_with_the_same_pipeline_setting(tiny_store, tiny_book):
+    """DistDGL on the same book and batches; pipelined: ours' pipelines on, DGL's sampler processes on."""
+    from gnnflow.bench import hec
+    from gnnflow.bench.ratios import check_ratios
+
+    out = hec.run(_args(["--graph", str(tiny_store.path), "--partition", str(tiny_book.path), "--workers", "2",
+                         "--epochs", "1", "--repeat", "1", "--nc", "20", "--batch-size", "16", "--fanouts", "5,5",
+                         "--hidden", "8", "--pipeline", "--dgl-samplers", "1"]))
+    assert check_ratios(out) == [] and out["pipeline"] is True and out["distdgl_samplers"] == 1
+    (p,) = out["hec"]
+    assert p["time_ratio_distdgl"] == pytest.approx(p["epoch_s"] / out["distdgl_epoch_s"])
+    names = {r["name"] for r in out["ratios"]}
+    assert {"epoch time: HEC nc=20 / data-parallel", "epoch time: HEC nc=20 / DistDGL"} <= names
+    # DistDGL trained the same number of iterations per epoch as data-parallel
+    dgl_iters = out["runs"]["distdgl"][0][0]["iterations"]
+    assert dgl_iters > 0 and abs(dgl_iters - out["iterations"]) <= 1

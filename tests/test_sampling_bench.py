@@ -18,3 +18,6 @@ def test_bench_sampler_json(capsys):
     assert out["benchmark"] == "sampler" and out["ratio"] > 0
     assert out["ours_edges_per_s"] > 0 and out["dgl_edges_per_s"] > 0
     assert "ratio" in out["summary"] and out["num_nodes"] == 3000
+    from gnnflow.bench.ratios import check_ratios
+
+    assert check_ratios(out) == [] and out["ratio"] == out["ratios"][0]["value"]

@@ -12,6 +12,9 @@ from gnnflow.errors import ConfigError
 MODELS = ("sage", "gcn", "gat", "mlp")  # mlp: the no-graph baseline (nn.DstLinear)
 ACTIVATIONS = ("relu", "elu")  # hidden activations (gnnflow.nn.model)
 AGGREGATORS = ("mean", "gcn")  # GraphSAGE aggregators (gnnflow.nn.sage)
+#: models whose standard recipe adds self-loops (Kipf & Welling's A + I; GAT attends to itself)
+SELF_LOOP_MODELS = ("gcn", "gat")
+GCN_DEGREES = ("graph", "block")
 
 
 def env_seconds(name: str, default: float) -> float:
@@ -62,6 +65,12 @@ class TrainConfig:
     out: str | None = None
     run_id: str | None = None
     resume: bool = False
+    #: add v to its own in-neighbours (the graph becomes A + I) in every strategy; None: the
+    #: model's standard (on for gcn and gat, off for sage and mlp)
+    self_loops: bool | None = None
+    #: GCN's normalisation degrees in mini-batch training: "graph" (whole-graph degrees: a
+    #: target's output does not depend on the rest of its batch) or "block" (the block's own)
+    gcn_degrees: str = "graph"
     options: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -124,6 +133,14 @@ class TrainConfig:
                               "(or leave it unset for the model's standard one)")
         if self.aggregator not in AGGREGATORS:
             raise ConfigError(f"aggregator: unknown {self.aggregator!r}; choose one of {', '.join(AGGREGATORS)}")
+        if self.gcn_degrees not in GCN_DEGREES:
+            raise ConfigError(f"gcn_degrees: one of {', '.join(GCN_DEGREES)}, got {self.gcn_degrees!r}")
+        if "degrees" in self.options:
+            raise ConfigError("options.degrees: replaced by the gcn_degrees setting (graph or block; "
+                              "--gcn-degrees)")
+        if "self_loops" in self.options:
+            raise ConfigError("options.self_loops: replaced by the self_loops setting (--self-loops / "
+                              "--no-self-loops), applied by every strategy")
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -135,6 +152,16 @@ class TrainConfig:
         if unknown:
             raise ConfigError(f"unknown training setting(s): {', '.join(unknown)}")
         return cls(**data)
+
+    @property
+    def adds_self_loops(self) -> bool:
+        """Whether the model's graph is A + I (the ``self_loops`` setting, or the model's standard)."""
+        return self.model in SELF_LOOP_MODELS if self.self_loops is None else bool(self.self_loops)
+
+    @property
+    def graph_degrees(self) -> bool:
+        """Whether mini-batch GCN blocks carry whole-graph degrees."""
+        return self.model == "gcn" and self.gcn_degrees == "graph"
 
     @property
     def run_dir(self) -> Path | None:

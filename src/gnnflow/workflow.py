@@ -57,9 +57,11 @@ class RunSpec:
         for key, flag in (("model", "--model"), ("hidden", "--hidden"), ("num_layers", "--layers"),
                           ("batch_size", "--batch-size"), ("epochs", "--epochs"), ("lr", "--lr"),
                           ("dropout", "--dropout"), ("heads", "--heads"), ("seed", "--seed"),
-                          ("eval_every", "--eval-every")):
+                          ("eval_every", "--eval-every"), ("gcn_degrees", "--gcn-degrees")):
             if key in s:
                 flags.append(f"{flag} {s[key]}")
+        if s.get("self_loops") is not None:
+            flags.append("--self-loops" if s["self_loops"] else "--no-self-loops")
         if "fanouts" in s:
             flags.append("--fanouts " + ",".join(str(f) for f in s["fanouts"]))
         for key, value in sorted(self.options.items()):
@@ -203,8 +205,9 @@ def expand_runs(config: dict[str, Any]) -> list[RunSpec]:
                 values["workers"] = 1
             if values.get("fanouts") is None:
                 values.pop("fanouts", None)
-            if "eval_every" in merged:
-                values["eval_every"] = merged["eval_every"]
+            for key in ("eval_every", "self_loops", "gcn_degrees"):  # settings that are not swept
+                if key in merged:
+                    values[key] = merged[key]
             parts = [sweep["name"], strategy, dataset, str(values.get("model", "sage")), f"w{values.get('workers', 1)}"]
             if partition:
                 parts.append(partition)

@@ -1,9 +1,12 @@
 """``gnnflow bench NAME [--json]``: benchmarks that print ratios against a peer.
 
 Each benchmark module defines ``add_arguments(parser)`` and ``run(args) -> dict``.
-The dict holds ``ratio`` (the headline ratio the issue names), ``ratio_name``
-(what it divides), ``summary`` (one line), and the raw figures.  This command
-adds the machine it ran on and prints the summary, or the whole dict as JSON.
+The dict holds ``ratios`` (every ratio with its two operands, see
+:mod:`gnnflow.bench.ratios`), ``ratio`` and ``ratio_name`` (the headline),
+``summary`` (one line), and the raw figures.  This command adds the machine it
+ran on and prints the summary, or the whole dict as JSON.  ``gnnflow bench
+all`` runs the suite in ``config/bench.yaml`` and writes one table
+(:mod:`gnnflow.bench.suite`).
 """
 
 from __future__ import annotations
@@ -20,14 +23,16 @@ ACCEPTS_EXTRA = True  # the chosen benchmark parses the remaining options
 # name -> (module, help)
 BENCHES: dict[str, tuple[str, str]] = {
     "sampler": ("gnnflow.bench.sampler", "our layer-wise sampler vs DGL NeighborSampler (edges/s)"),
-    "layers": ("gnnflow.bench.layers", "our SAGE/GCN/GAT layers vs DGL's (forward+backward time)"),
-    "partition": ("gnnflow.bench.partition", "our METIS pipeline vs dgl.distributed.partition_graph"),
+    "layers": ("gnnflow.bench.layers", "our SAGE/GCN/GAT layers vs DGL's and PyG's (forward+backward time)"),
+    "partition": ("gnnflow.bench.partition", "our plain (and coarsened) METIS pipeline vs dgl.distributed.partition_graph"),
     "pipeline": ("gnnflow.bench.pipeline", "epoch time with vs without the async mini-batch pipeline"),
-    "data-parallel": ("gnnflow.bench.data_parallel", "our data-parallel epoch vs DGL DistDGL on the same partitions"),
-    "split": ("gnnflow.bench.split", "split-parallel vs data-parallel vs p3: time, edges, features, bytes"),
-    "fullbatch": ("gnnflow.bench.fullbatch", "our full-batch GCN vs DGL GraphConv; overlap and permutation effects"),
-    "hec": ("gnnflow.bench.hec", "HEC vs data-parallel remote fetching: remote bytes and time"),
-    "allgather": ("gnnflow.bench.allgather", "graph_allgather planners: modeled vs measured time"),
+    "data-parallel": ("gnnflow.bench.data_parallel", "our data-parallel epoch vs DGL DistDGL (sampler processes on and off), same partitions"),
+    "split": ("gnnflow.bench.split", "split-parallel vs data-parallel, p3, DistDGL: time, edges, features, bytes"),
+    "fullbatch": ("gnnflow.bench.fullbatch", "our full-batch GCN vs DGL GraphConv and PyG GCNConv; overlap and permutation effects"),
+    "hec": ("gnnflow.bench.hec", "HEC vs data-parallel remote fetching (and DistDGL): remote bytes and time"),
+    "allgather": ("gnnflow.bench.allgather", "graph_allgather planners: modeled vs measured time; per-vertex vs grouped SPST planning"),
+    "all": ("gnnflow.bench.suite", "run the suite (config/bench.yaml) and write one table with the machine "
+            "(docs/benchmarks.md)"),
 }
 
 
@@ -42,6 +47,17 @@ def machine() -> dict[str, Any]:
         "torch": torch.__version__,
         "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
     }
+    from importlib import metadata
+
+    for name, dist in (("dgl", "dgl"), ("torch_geometric", "torch-geometric")):  # the peers' versions
+        try:
+            info[name] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            info[name] = None
+    try:
+        info["load_avg_1m"] = round(os.getloadavg()[0], 2)
+    except OSError:  # pragma: no cover
+        pass
     try:
         import psutil
 

@@ -4,9 +4,14 @@ Three measurements, each side by side in one run:
 
 1. **single process** (§6.6): epoch time of our full-batch GCN (buffer reuse,
    op-order choice, saved first-layer backward SpMM) vs DGL 1.1.3
-   ``GraphConv`` full-graph training on the same graph, model sizes,
-   normalisation (self-loops + ``norm``), optimizer (Adam) and dropout.  The two
-   alternate epoch by epoch; medians are compared.  Headline ratio: ours/DGL.
+   ``GraphConv`` and PyG 2.8 ``GCNConv`` (both of PyG's graph forms, the
+   faster one counts; :mod:`gnnflow.bench.pyg_peer`) full-graph training on the
+   same graph, model sizes, normalisation (self-loops + ``norm``), optimizer
+   (Adam) and dropout.  The peers start from our weights and their logits are
+   checked equal to ours before anything is timed.  All alternate epoch by
+   epoch in a rotating order; medians are compared.  Headline ratio:
+   ours/DGL, then ours/PyG (goal <= 0.8 each).  ``--device cuda`` runs ours
+   and PyG on the GPU (DGL 1.1.3 has no CUDA kernels).
 2. **P ranks** (§6.3, §6.4): epoch time (max over ranks, median over epochs)
    with overlap on/off × permutation on/off, plus the per-round comm/compute
    split and the tile-nnz balance (Fig. 7).  The graph is relabelled by
@@ -33,7 +38,10 @@ from typing import Any
 import numpy as np
 import torch
 
+from gnnflow.bench.layers import add_peer_arguments
+from gnnflow.bench.ratios import headline, operand, ratio
 from gnnflow.config import TrainConfig
+from gnnflow.errors import GnnflowError
 from gnnflow.results.schema import Recorder
 from gnnflow.strategies.base import RankContext
 
@@ -62,6 +70,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="ours also keeps ÂX across epochs (exact; DGL recomputes it)")
     parser.add_argument("--timeline-out", help="write the per-round records of the P-rank runs here (JSON)")
     parser.add_argument("--timeline-plot", help="draw the last epoch's SpMM rounds per rank (Fig. 6/8) to this PNG")
+    add_peer_arguments(parser)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -113,12 +122,59 @@ def _cfg(graph: str, args: argparse.Namespace, workers: int = 1, **options: Any)
                        workers=workers, options={"norm": args.norm, **options})
 
 
-class DGLFullGraphGCN:
-    """DGL 1.1.3 GraphConv stack trained full-graph (the peer, as in MG-GCN §6.6)."""
+class FullGraphPeer:
+    """A peer library's GCN stack trained full-graph on the store (MG-GCN §6.6's comparison):
+    self-loops added, ``norm``, Adam (lr 0.01), dropout between layers, cross-entropy on the
+    training vertices; its weights copied from our model."""
 
-    def __init__(self, graph: str, args: argparse.Namespace) -> None:
+    def __init__(self, graph: str, args: argparse.Namespace, ours: torch.nn.Module, device: torch.device) -> None:
+        from gnnflow.data.store import open_store
+
+        s = open_store(graph)
+        self.device = device
+        self.x = torch.from_numpy(np.array(s.features, dtype=np.float32)).to(device)
+        self.y = torch.from_numpy(np.array(s.labels, dtype=np.int64)).to(device)
+        self.train = torch.from_numpy(np.array(s.train_idx, dtype=np.int64)).to(device)
+        self.layers = torch.nn.ModuleList(self.make_layer(layer, args.norm) for layer in ours.layers).to(device)
+        self.dropout = torch.nn.Dropout(args.dropout)
+        self.opt = torch.optim.Adam(self.layers.parameters(), lr=0.01)
+
+    def make_layer(self, ours: torch.nn.Module, norm: str) -> torch.nn.Module:
+        raise NotImplementedError
+
+    def layer(self, i: int, h: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def forward(self) -> torch.Tensor:
+        h = self.x
+        for i in range(len(self.layers)):
+            h = self.layer(i, h)
+            if i < len(self.layers) - 1:
+                h = self.dropout(torch.relu(h))
+        return h
+
+    @torch.no_grad()
+    def logits(self) -> torch.Tensor:
+        self.layers.eval()
+        self.dropout.eval()
+        return self.forward()
+
+    def epoch(self) -> float:
+        self.layers.train()
+        self.dropout.train()
+        self.opt.zero_grad()
+        h = self.forward()
+        loss = torch.nn.functional.cross_entropy(h[self.train], self.y[self.train])
+        loss.backward()
+        self.opt.step()
+        return loss.item()
+
+
+class DGLFullGraphGCN(FullGraphPeer):
+    """DGL 1.1.3 ``GraphConv`` stack (CPU: DGL's wheel has no CUDA kernels)."""
+
+    def __init__(self, graph: str, args: argparse.Namespace, ours: torch.nn.Module, device: torch.device) -> None:
         import dgl
-        from dgl.nn import GraphConv
 
         from gnnflow.data.store import open_store
 
@@ -127,51 +183,100 @@ class DGLFullGraphGCN:
         dst = torch.repeat_interleave(torch.arange(s.num_nodes), torch.from_numpy(np.diff(np.asarray(s.indptr))))
         g = dgl.add_self_loop(dgl.graph((src, dst), num_nodes=s.num_nodes))
         self.g = g.formats(["csc", "csr"])  # both directions built once, as a tuned DGL user would
-        self.x = torch.from_numpy(np.array(s.features, dtype=np.float32))
-        self.y = torch.from_numpy(np.array(s.labels, dtype=np.int64))
-        self.train = torch.from_numpy(np.array(s.train_idx, dtype=np.int64))
-        dims = [self.x.shape[1]] + [args.hidden] * (args.layers - 1) + [int(s.meta["num_classes"])]
-        torch.manual_seed(0)
-        self.layers = torch.nn.ModuleList(GraphConv(a, b, norm=args.norm) for a, b in zip(dims[:-1], dims[1:], strict=True))
-        self.dropout = torch.nn.Dropout(args.dropout)
-        self.opt = torch.optim.Adam(self.layers.parameters(), lr=0.01)
+        super().__init__(graph, args, ours, device)
 
-    def epoch(self) -> float:
-        self.layers.train()
-        self.opt.zero_grad()
-        h = self.x
-        for i, layer in enumerate(self.layers):
-            h = layer(self.g, h)
-            if i < len(self.layers) - 1:
-                h = self.dropout(torch.relu(h))
-        loss = torch.nn.functional.cross_entropy(h[self.train], self.y[self.train])
-        loss.backward()
-        self.opt.step()
-        return loss.item()
+    def make_layer(self, ours: torch.nn.Module, norm: str) -> torch.nn.Module:
+        from dgl.nn import GraphConv
+
+        layer = GraphConv(ours.in_dim, ours.out_dim, norm=norm)
+        layer.load_state_dict(ours.state_dict())
+        return layer
+
+    def layer(self, i: int, h: torch.Tensor) -> torch.Tensor:
+        return self.layers[i](self.g, h)
+
+
+class PyGFullGraphGCN(FullGraphPeer):
+    """PyG 2.8 ``GCNConv`` stack in one of PyG's graph forms (:mod:`gnnflow.bench.pyg_peer`)."""
+
+    def __init__(self, graph: str, args: argparse.Namespace, ours: torch.nn.Module, device: torch.device,
+                 form: str) -> None:
+        from gnnflow.bench import pyg_peer
+        from gnnflow.data.store import open_store
+
+        s = open_store(graph)
+        n = s.num_nodes
+        indptr = torch.from_numpy(np.array(s.indptr, dtype=np.int64))
+        dst = torch.repeat_interleave(torch.arange(n), indptr[1:] - indptr[:-1])
+        # A + I, destination-major
+        dst = torch.cat([dst, torch.arange(n)])
+        src = torch.cat([torch.from_numpy(np.array(s.indices, dtype=np.int64)), torch.arange(n)])
+        order = torch.argsort(dst, stable=True)
+        loops_indptr = torch.zeros(n + 1, dtype=torch.int64)
+        loops_indptr[1:] = torch.cumsum(torch.bincount(dst, minlength=n), 0)
+        self.form = form
+        self.pg = pyg_peer.graph_for(f"gcn-{args.norm}", loops_indptr, src[order], n).to(device)
+        super().__init__(graph, args, ours, device)
+
+    def make_layer(self, ours: torch.nn.Module, norm: str) -> torch.nn.Module:
+        from gnnflow.bench import pyg_peer
+
+        return pyg_peer.from_ours(f"gcn-{norm}", ours, self.form)
+
+    def layer(self, i: int, h: torch.Tensor) -> torch.Tensor:
+        return self.layers[i](self.pg, h)
 
 
 def single_process(graph: str, args: argparse.Namespace) -> dict[str, Any]:
+    """Ours, DGL's and PyG's (both forms) full-graph GCN epochs, alternating; outputs checked first."""
+    from gnnflow.bench import pyg_peer
+    from gnnflow.bench.layers import bench_device, check_equal, synchronize
     from gnnflow.strategies.fullbatch import FullBatch
 
-    ours = FullBatch(_cfg(graph, args, cache_input_spmm=args.cache_input_spmm), RankContext())
+    device = bench_device(args.device)
+    ours = FullBatch(_cfg(graph, args, cache_input_spmm=args.cache_input_spmm), RankContext(device=device))
     ours.prepare()
-    peer = DGLFullGraphGCN(graph, args)
-    times: dict[str, list[float]] = {"ours": [], "dgl": []}
+    assert ours.model is not None
+    ours.model.eval()
+    with torch.no_grad():
+        ref = ours.forward_local(False).clone()
+    runners = {"ours": lambda: ours.run_epoch(0, Recorder())}
+    diffs: dict[str, float] = {}
+    peers: list[tuple[str, FullGraphPeer]] = []
+    if device.type == "cpu":
+        peers.append(("dgl", DGLFullGraphGCN(graph, args, ours.model, device)))
+    if not args.no_pyg:
+        pyg_peer.require_pyg()
+        peers += [(f"pyg_{form}", PyGFullGraphGCN(graph, args, ours.model, device, form))
+                  for form in pyg_peer.FORMS]
+    for name, peer in peers:
+        diffs[name] = check_equal(f"full-graph GCN: {name}", peer.logits(), ref)
+        runners[name] = peer.epoch
+    times: dict[str, list[float]] = {name: [] for name in runners}
     losses: dict[str, float] = {}
-    runners = {"ours": lambda: ours.run_epoch(0, Recorder()), "dgl": peer.epoch}
-    for _ in range(args.repeats):
+    names = list(runners)
+    for r in range(args.repeats):
         for fn in runners.values():
             fn()  # warm-up
-        for _ in range(args.epochs):
-            for name, fn in runners.items():  # alternate epoch by epoch
+        for e in range(args.epochs):
+            k = (r * args.epochs + e) % len(names)
+            for name in names[k:] + names[:k]:  # alternate epoch by epoch, rotating the order
+                synchronize(device)
                 t = time.perf_counter()
-                losses[name] = fn()
+                losses[name] = runners[name]()
+                synchronize(device)
                 times[name].append(time.perf_counter() - t)
     med = {k: statistics.median(v) for k, v in times.items()}
-    return {"ours_epoch_s": med["ours"], "dgl_epoch_s": med["dgl"], "ratio": med["ours"] / med["dgl"],
-            "ours_epoch_all_s": times["ours"], "dgl_epoch_all_s": times["dgl"],
-            "ours_last_loss": losses["ours"], "dgl_last_loss": losses["dgl"],
-            "order_spmm_first": [ours.spmm_first(i) for i in range(args.layers)]}
+    out: dict[str, Any] = {"ours_epoch_s": med["ours"], "epoch_all_s": times, "last_loss": losses,
+                           "max_abs_diff": diffs, "device": device.type,
+                           "order_spmm_first": [ours.spmm_first(i) for i in range(args.layers)]}
+    if "dgl" in med:
+        out["dgl_epoch_s"] = med["dgl"]
+    if not args.no_pyg:
+        best = min(pyg_peer.FORMS, key=lambda f: med[f"pyg_{f}"])
+        out.update(pyg_epoch_s=med[f"pyg_{best}"], pyg_form=best, pyg_version=pyg_peer.version(),
+                   **{f"pyg_{f}_epoch_s": med[f"pyg_{f}"] for f in pyg_peer.FORMS})
+    return out
 
 
 # ----------------------------------------------------------------------------------------------
@@ -309,16 +414,30 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
         num_edges = int(open_store(graph).indices.shape[0])
         result: dict[str, Any] = {"graph": graph, "num_edges": num_edges, "hidden": args.hidden,
-                                  "layers": args.layers, "norm": args.norm, "workers": args.workers,
-                                  "ratio_name": "ours/DGL single-process full-batch GCN epoch time"}
+                                  "layers": args.layers, "norm": args.norm, "workers": args.workers}
         parts = []
+        ratios = []
         if not args.skip_single:
             single = single_process(graph, args)
-            result.update({k: v for k, v in single.items() if k != "ratio"})
-            result["ratio"] = single["ratio"]
-            parts.append(f"single process ({num_edges} edges, hidden {args.hidden}, {args.layers} layers): "
-                         f"ours {single['ours_epoch_s']:.3f}s vs DGL {single['dgl_epoch_s']:.3f}s per epoch, "
-                         f"ratio {single['ratio']:.3f}")
+            result.update(single)
+            what = (f"full-graph GCN training epoch ({num_edges} edges + self-loops, hidden {args.hidden}, "
+                    f"{args.layers} layers, {single['device']}), median of {args.repeats}x{args.epochs}")
+            ours_op = operand(single["ours_epoch_s"], "s/epoch", f"gnnflow fullbatch (1 rank) {what}")
+            line = f"single process ({what}): ours {single['ours_epoch_s']:.3f}s"
+            if "dgl_epoch_s" in single:
+                ratios.append(ratio("full-graph GCN epoch: ours / DGL", ours_op,
+                                    operand(single["dgl_epoch_s"], "s/epoch", f"DGL 1.1.3 GraphConv {what}"),
+                                    "<= 0.8"))
+                line += f", DGL {single['dgl_epoch_s']:.3f}s (ratio {ratios[-1]['value']:.3f})"
+            if "pyg_epoch_s" in single:
+                ratios.append(ratio("full-graph GCN epoch: ours / PyG", ours_op,
+                                    operand(single["pyg_epoch_s"], "s/epoch",
+                                            f"PyG {single['pyg_version']} GCNConv ({single['pyg_form']}, its "
+                                            f"faster form here) {what}"), "<= 0.8"))
+                line += (f", PyG {single['pyg_epoch_s']:.3f}s ({single['pyg_form']}; ratio "
+                         f"{ratios[-1]['value']:.3f})")
+            parts.append(line + "; outputs equal with copied weights (max abs diff "
+                         f"{max(single['max_abs_diff'].values(), default=0.0):.1e})")
         if not args.skip_ranks:
             skewed = degree_ordered_copy(graph, work / (Path(graph).name + "-degree-ordered"))
             ranks = ranks_section(skewed, args)
@@ -330,6 +449,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 v.pop("timeline")
             result["ranks"] = ranks
             p, n = ranks["perm_overlap"], ranks["natural_overlap"]
+
+            def epoch(key: str) -> dict[str, Any]:
+                return operand(ranks[key]["epoch_s"], "s/epoch", f"gnnflow fullbatch, {args.workers} ranks, "
+                               f"degree-ordered graph, {key.replace('_', ' + ')}, median epoch of the slowest rank")
+
+            ratios += [ratio(f"P={args.workers} epoch: overlap / sequential (permuted)", epoch("perm_overlap"),
+                             epoch("perm_sequential")),
+                       ratio(f"P={args.workers} epoch: permuted / natural order (overlap)", epoch("perm_overlap"),
+                             epoch("natural_overlap"))]
             parts.append(
                 f"P={args.workers}: epoch overlap {p['epoch_s']:.3f}s vs sequential "
                 f"{ranks['perm_sequential']['epoch_s']:.3f}s (permuted); permuted {p['epoch_s']:.3f}s vs natural "
@@ -339,11 +467,18 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             mgraph = synthetic_graph(work, args.memory_nodes, args.avg_degree, args.memory_feature_dim, args.classes)
             mem = memory_section(mgraph, args)
             result["memory"] = mem
+
+            def peak(key: str) -> dict[str, Any]:
+                return operand(mem[key]["peak_mib"], "MiB", f"peak RSS (VmHWM) of a training epoch, {key} memory, "
+                               f"{args.workers} ranks, L={args.memory_layers}, hidden {args.hidden}")
+
+            ratios.append(ratio("epoch peak memory: buffer reuse / autograd", peak("reuse"), peak("autograd")))
             parts.append(f"memory L={args.memory_layers} hidden {args.hidden}: epoch peak above baseline reuse "
                          f"{mem['reuse']['epoch_extra_mib']:.0f} MiB vs autograd "
                          f"{mem['autograd']['epoch_extra_mib']:.0f} MiB (ratio {mem['ratio_epoch_extra']:.3f}); "
                          f"total peak {mem['reuse']['peak_mib']:.0f} vs {mem['autograd']['peak_mib']:.0f} MiB "
                          f"(ratio {mem['ratio_peak']:.3f})")
-        result.setdefault("ratio", float("nan"))
         result["summary"] = "; ".join(parts)
-        return result
+        if not ratios:
+            raise GnnflowError("bench fullbatch: nothing measured (--skip-single and --skip-ranks without --memory)")
+        return headline(result, ratios)

@@ -1,12 +1,18 @@
 """``gnnflow bench hec``: remote bytes and epoch time, HEC vs data-parallel (DistGNN-MB §4.4, §4.6).
 
-Both strategies train the same model on the same partition book with the same
+The systems train the same model on the same partition book with the same
 ranks, batch size and fanouts, alternately (``--repeat`` rounds of
-data-parallel then HEC, each a fresh set of ranks):
+data-parallel, DistDGL, then HEC at each push cap, each a fresh set of ranks),
+all with the same pipeline setting (``--pipeline``; default off, as
+DistGNN-MB samples synchronously, §3.3): data-parallel and HEC run their
+asynchronous pipeline or not, DistDGL its sampler processes
+(``--dgl-samplers`` per trainer) or none:
 
 * **data-parallel** (``--strategy data``, DistDGLv2 style, the peer DistGNN-MB
   compares with in §4.6): samples through the owners and fetches every remote
   input feature row of every mini-batch;
+* **DistDGL** (``--strategy distdgl``, DGL 1.1.3 on the same partitions): the
+  peer library's data-parallel training, for epoch time (DGL counts no bytes);
 * **HEC** (``--strategy hec``): samples locally, fetches nothing, and pushes at
   most ``nc`` solid-vertex embeddings per remote rank and layer (AEP).
 
@@ -22,9 +28,10 @@ drains the push pipeline at each epoch end (no push in the last ``d`` of the
 ``M`` iterations), so ``ratio_steady = ratio x M / (M - d)`` is also given: the
 per-iteration ratio, which a short epoch would otherwise understate.
 
-Epoch time is the slowest rank's, averaged over a run's epochs (data-parallel's
-asynchronous pipeline samples ahead across epoch boundaries, so its single
-epochs are not comparable), then the median over rounds.
+Epoch time is the slowest rank's, averaged over a run's epochs (a pipeline
+samples ahead across epoch boundaries, so single epochs are not comparable),
+then the median over rounds; HEC's time is compared with data-parallel's and
+with DistDGL's.
 
 Presets (``--preset``): ``small`` (default) is the default synthetic graph
 (32,768 vertices, 32 features, half of them training vertices) with batch 512,
@@ -44,8 +51,10 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from gnnflow.bench.ratios import headline, operand, ratio
 from gnnflow.data.synthetic import DEFAULTS as SYNTHETIC
 from gnnflow.distributed.launch import run_ranks
+from gnnflow.strategies.distdgl import DEFAULT_SAMPLERS
 
 #: ``--preset``: graph (generated when no ``--graph``) and model settings; explicit options win.
 PRESETS: dict[str, dict[str, Any]] = {
@@ -79,6 +88,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="HEC push caps to compare; the first is the headline (default: the paper's 2000)")
     parser.add_argument("--opt", action="append", default=[], metavar="KEY=VALUE",
                         help="other HEC option (cs, ls, d), repeatable")
+    parser.add_argument("--pipeline", action="store_true",
+                        help="every side pipelined: data-parallel's and HEC's asynchronous pipeline, DistDGL's "
+                             "sampler processes (default: none, DistGNN-MB §3.3)")
+    parser.add_argument("--dgl-samplers", type=int, default=DEFAULT_SAMPLERS,
+                        help=f"DistDGL sampler processes per trainer with --pipeline (default {DEFAULT_SAMPLERS})")
+    parser.add_argument("--no-distdgl", action="store_true", help="leave the DistDGL peer out")
     parser.add_argument("--nodes", type=int, default=None, help="vertices of the generated synthetic graph (preset)")
     parser.add_argument("--avg-degree", type=float, default=None, help="its mean degree (preset)")
     parser.add_argument("--feature-dim", type=int, default=None, help="its feature width (preset)")
@@ -201,12 +216,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             partition_graph(graph, "metis", args.workers, partition, seed=args.seed)
         hec_opts = _parse_opts(args.opt)
         caps = [int(v) for v in str(args.nc).split(",")]
-        runs: dict[str, list[list[dict[str, Any]]]] = {"data": [], **{f"hec_nc{c}": [] for c in caps}}
+        pipe = bool(args.pipeline)
+        systems = {"data": ("data", {"pipeline": pipe})}  # name -> (strategy, options): one pipeline setting
+        if not args.no_distdgl:
+            systems["distdgl"] = ("distdgl", {"num_samplers": args.dgl_samplers if pipe else 0})
+        systems.update({f"hec_nc{c}": ("hec", {**hec_opts, "nc": c, "pipeline": pipe}) for c in caps})
+        runs: dict[str, list[list[dict[str, Any]]]] = {name: [] for name in systems}
         for _ in range(args.repeat):
-            runs["data"].append(run_strategy("data", graph, partition, args.workers, args.epochs, {}, args))
-            for c in caps:
-                runs[f"hec_nc{c}"].append(run_strategy("hec", graph, partition, args.workers, args.epochs,
-                                                        {**hec_opts, "nc": c}, args))
+            for name, (strategy, options) in systems.items():
+                runs[name].append(run_strategy(strategy, graph, partition, args.workers, args.epochs, options, args))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -217,6 +235,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         return float(statistics.median(statistics.fmean(e["time_s"] for e in r) for r in runs[which]))
 
     dp_feat, dp_all, t_dp = med("data", "remote_bytes"), med("data", "bytes_received"), epoch_s("data")
+    t_dgl = epoch_s("distdgl") if "distdgl" in runs else float("nan")
+    dgl_samplers = args.dgl_samplers if args.pipeline else 0
     iters = med("data", "iterations")
     per_nc = []
     for c in caps:
@@ -224,29 +244,47 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         epochs = [e for r in runs[key] for e in r]
         layers = len(epochs[0]["hit_rates"])
         b, t, d = med(key, "remote_bytes"), epoch_s(key), med(key, "d")
-        ratio = b / dp_feat if dp_feat else float("nan")
-        per_nc.append({"nc": c, "remote_bytes": b, "ratio": ratio,
+        bytes_ratio = b / dp_feat if dp_feat else float("nan")
+        per_nc.append({"nc": c, "remote_bytes": b, "ratio": bytes_ratio,
                        "ratio_all": b / dp_all if dp_all else float("nan"),
-                       "ratio_steady": ratio * iters / (iters - d) if iters > d else float("nan"),
+                       "ratio_steady": bytes_ratio * iters / (iters - d) if iters > d else float("nan"),
                        "epoch_s": t, "time_ratio": t / t_dp,
+                       **({"time_ratio_distdgl": t / t_dgl} if "distdgl" in runs else {}),
                        "hit_rates": [statistics.median(e["hit_rates"][i] for e in epochs) for i in range(layers)],
                        "searched": [statistics.median(e["searched"][i] for e in epochs) for i in range(layers)],
                        "pushed": [statistics.median(e["pushed"][i] for e in epochs) for i in range(layers)]})
     head = per_nc[0]
     meets = [p["nc"] for p in per_nc if p["ratio"] <= 0.3]
     rows = "; ".join(f"nc={p['nc']}: {p['ratio']:.3f} (all {p['ratio_all']:.3f}, steady {p['ratio_steady']:.3f}, "
-                     f"{p['remote_bytes'] / 2**20:.2f} MiB, {p['epoch_s']:.2f}s/epoch x{p['time_ratio']:.2f}, "
-                     f"hit " + "/".join(f"{h:.0%}" for h in p["hit_rates"]) + ")" for p in per_nc)
-    return {
-        "ratio": head["ratio"],
-        "ratio_name": (f"remote bytes per epoch, HEC (nc={head['nc']}, everything received) / data-parallel "
-                       "remote feature rows (median)"),
+                     f"{p['remote_bytes'] / 2**20:.2f} MiB, {p['epoch_s']:.2f}s/epoch x{p['time_ratio']:.2f}"
+                     + (f" / DistDGL x{p['time_ratio_distdgl']:.2f}" if "time_ratio_distdgl" in p else "")
+                     + ", hit " + "/".join(f"{h:.0%}" for h in p["hit_rates"]) + ")" for p in per_nc)
+    setting = (f"preset {args.preset}, batch {args.batch_size}, fanouts {args.fanouts}, hidden {args.hidden}, "
+               f"{args.workers} ranks, pipeline {'on' if args.pipeline else 'off'}, median of "
+               f"{args.repeat}x{args.epochs} epochs")
+
+    def op(value: float, unit: str, what: str, kind: str = "measured") -> dict[str, Any]:
+        return operand(value, unit, f"{what}; {setting}", kind)
+
+    data_feat = op(dp_feat, "bytes/epoch", "data-parallel: remote feature rows received, summed over ranks", "counted")
+    ratios = []
+    for p in per_nc:
+        hec_bytes = op(p["remote_bytes"], "bytes/epoch", f"HEC nc={p['nc']}: everything received from other ranks",
+                       "counted")
+        hec_time = op(p["epoch_s"], "s/epoch", f"HEC nc={p['nc']}: epoch time (slowest rank)")
+        ratios += [ratio(f"remote bytes: HEC nc={p['nc']} / data-parallel feature rows", hec_bytes, data_feat, "<= 0.3"),
+                   ratio(f"epoch time: HEC nc={p['nc']} / data-parallel", hec_time,
+                         op(t_dp, "s/epoch", "data-parallel: epoch time (slowest rank)"))]
+        if "distdgl" in runs:
+            ratios.append(ratio(f"epoch time: HEC nc={p['nc']} / DistDGL", hec_time,
+                                op(t_dgl, "s/epoch", f"DistDGL ({dgl_samplers} sampler processes per trainer): "
+                                   "epoch time (slowest rank)")))
+    peer = (f"; DistDGL {t_dgl:.2f}s/epoch ({dgl_samplers} sampler processes)" if "distdgl" in runs else "")
+    result = {
         "summary": (f"HEC/data-parallel remote bytes per epoch = {head['ratio']:.3f} at nc={head['nc']} "
                     f"(HEC's received bytes / data-parallel's remote feature rows); "
                     f"data-parallel {dp_feat / 2**20:.2f} MiB features ({dp_all / 2**20:.2f} MiB with ids and "
-                    f"sampling), {t_dp:.2f}s/epoch, {iters:g} iterations/epoch; {rows}; "
-                    f"preset {args.preset}, batch {args.batch_size}, fanouts {args.fanouts}, hidden {args.hidden}, "
-                    f"{args.workers} ranks, median of {args.repeat}x{args.epochs} epochs"),
+                    f"sampling), {t_dp:.2f}s/epoch, {iters:g} iterations/epoch{peer}; {rows}; {setting}"),
         "data_remote_feature_bytes": dp_feat,
         "data_remote_bytes_all": dp_all,
         "data_epoch_s": t_dp,
@@ -254,6 +292,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "hec": per_nc,
         "nc_meeting_0.3": meets,
         "workers": args.workers,
+        "pipeline": bool(args.pipeline),
         "settings": {k: getattr(args, k) for k in ("preset", "batch_size", "fanouts", "hidden", *GRAPH_KEYS)},
         "runs": runs,
     }
+    if "distdgl" in runs:
+        result.update(distdgl_epoch_s=t_dgl, distdgl_samplers=dgl_samplers)
+    return headline(result, ratios)

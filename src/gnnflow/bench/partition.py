@@ -1,27 +1,32 @@
 """``gnnflow bench partition``: our METIS pipeline vs ``dgl.distributed.partition_graph``.
 
-Both pipelines start from the same graph store on disk and end with every
+The pipelines start from the same graph store on disk and end with every
 part's structure and feature shard written:
 
-* ours: ``partition_graph(store, "metis", P, constraints=vertices,train,edges)``
-  (multi-constraint METIS through libmetis, DistDGLv2 §4.1.3; on graphs from
-  2^21 adjacency entries METIS partitions the label-propagation-coarsened graph
-  and the result is refined, ``--coarsen auto``) writing the book;
+* ours, plain METIS (the headline, like for like with DGL's):
+  ``partition_graph(store, "metis", P, constraints=vertices,train,edges,
+  coarsen="none")``: multi-constraint METIS through libmetis on the whole
+  graph (DistDGLv2 §4.1.3), writing the book;
 * DGL: load the store into a DGLGraph, ``partition_graph(part_method="metis",
   balance_ntypes=train_mask, balance_edges=True)`` (DGL's own balance of
-  vertices, training vertices and edges), writing DGL's layout.
+  vertices, training vertices and edges; METIS on the whole graph too),
+  writing DGL's layout;
+* ours, coarsened (a second row, a different algorithm): the same call with
+  ``coarsen="lp"``: METIS partitions the graph coarsened by label propagation
+  and the result is refined on the way back (what ``--coarsen auto`` does from
+  2^21 adjacency entries, to bound memory); its edge cut is the price.
 
-Each run is a fresh subprocess whose peak RSS is read from ``VmHWM`` in
+Each run is a fresh subprocess (the three alternate, in a rotating order,
+``--repeat`` times) whose peak RSS is read from ``VmHWM`` in
 ``/proc/self/status``, the high-water mark of its own address space.  (Not
 ``ru_maxrss``: Python starts subprocesses with vfork, and Linux carries the
 high-water mark of the address space replaced at exec -- the parent's, which
-generated the graph -- into the child's ``ru_maxrss``.)  The runs alternate
-ours/DGL and repeat, and medians are reported.  RSS counts the pages of the
+generated the graph -- into the child's ``ru_maxrss``.)  Medians are reported.  RSS counts the pages of the
 memory-mapped store that a pipeline touches, so "peak RSS vs CSR+features size"
 is the honest whole-process figure; the RSS above the interpreter's baseline
 (after imports) is reported too.
 
-Both partitions' edge cuts are reported (quality is part of the comparison).
+Every partition's edge cut is reported (quality is part of the comparison).
 One more fresh process runs plain METIS (``--coarsen none``) alone on the whole
 graph's ``idx_t`` arrays: its peak RSS, and the RSS METIS adds above its
 inputs, show what the coarsening saves.
@@ -41,6 +46,8 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from gnnflow.bench.ratios import headline, operand, ratio
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -67,6 +74,11 @@ def _current_rss_mib() -> float:
     return psutil.Process().memory_info().rss / 2**20
 
 
+#: our pipelines: worker name -> ``coarsen`` mode of ``partition_graph(method="metis")``
+OURS = {"ours": "none", "ours-lp": "lp"}
+WORKERS = (*OURS, "dgl", "metis-alone")
+
+
 def worker(which: str, graph: str, parts: int, out: str, seed: int) -> dict[str, Any]:
     """One pipeline run inside this (fresh) process."""
     import numpy as np
@@ -81,10 +93,11 @@ def worker(which: str, graph: str, parts: int, out: str, seed: int) -> dict[str,
     store = open_store(graph, validate=False)
     if which == "metis-alone":
         return _metis_alone(store, parts, seed, base)
-    if which == "ours":
+    if which in OURS:
         from gnnflow.partition.api import partition_graph
 
-        partition_graph(store, "metis", parts, out, seed=seed, constraints=["vertices", "train", "edges"])
+        partition_graph(store, "metis", parts, out, seed=seed, constraints=["vertices", "train", "edges"],
+                        coarsen=OURS[which])
     else:
         import contextlib
         import io
@@ -101,7 +114,7 @@ def worker(which: str, graph: str, parts: int, out: str, seed: int) -> dict[str,
     wall = time.perf_counter() - t0
     result = {"wall_s": wall, "peak_rss_mib": _rss_mib(), "baseline_rss_mib": base}
     # quality, after the peak was read: ours from meta.json, DGL's from its node map
-    if which == "ours":
+    if which in OURS:
         meta = json.loads((Path(out) / "meta.json").read_text())
         result.update(edge_cut_pct=meta["quality"]["edge_cut_pct"], coarsen=meta.get("coarsen"))
     else:
@@ -163,9 +176,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     try:
         store = open_store(graph)
         size_mib = graph_bytes(store) / 2**20
-        runs: dict[str, list[dict[str, Any]]] = {"ours": [], "dgl": []}
-        for _ in range(args.repeat):
-            for which in ("ours", "dgl"):
+        names = [*OURS, "dgl"]
+        runs: dict[str, list[dict[str, Any]]] = {name: [] for name in names}
+        for r in range(args.repeat):
+            for which in names[r % 3:] + names[:r % 3]:
                 runs[which].append(_run_once(which, graph, args.parts, args.seed, args.timeout))
         alone = _run_once("metis-alone", graph, args.parts, args.seed, args.timeout)
     finally:
@@ -175,52 +189,63 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     def med(which: str, key: str) -> float:
         return statistics.median(r[key] for r in runs[which])
 
-    t_ours, t_dgl = med("ours", "wall_s"), med("dgl", "wall_s")
-    rss_ours, rss_dgl = med("ours", "peak_rss_mib"), med("dgl", "peak_rss_mib")
-    above_ours = statistics.median(r["peak_rss_mib"] - r["baseline_rss_mib"] for r in runs["ours"])
-    above_dgl = statistics.median(r["peak_rss_mib"] - r["baseline_rss_mib"] for r in runs["dgl"])
-    cut_ours, cut_dgl = med("ours", "edge_cut_pct"), med("dgl", "edge_cut_pct")
-    coarsen = runs["ours"][0].get("coarsen")
-    ratio = t_ours / t_dgl
+    label = {"ours": "gnnflow METIS, plain (--coarsen none)", "ours-lp": "gnnflow METIS, LP-coarsened (--coarsen lp)",
+             "dgl": "dgl.distributed.partition_graph(metis)"}
+    size = f"{store.num_nodes} vertices, {store.num_edges} edges, {args.parts} parts"
+
+    def op(which: str, key: str, unit: str, what: str, kind: str = "measured") -> dict[str, Any]:
+        return operand(med(which, key), unit, f"{label[which]}: {what} ({size}), median of {args.repeat}", kind)
+
+    ratios = []
+    for which in OURS:
+        tag = "plain METIS" if which == "ours" else "coarsened METIS"
+        ratios += [ratio(f"partition time: ours ({tag}) / DGL", op(which, "wall_s", "s", "store to written parts"),
+                         op("dgl", "wall_s", "s", "store to written parts"), "<= 1.0"),
+                   ratio(f"peak RSS: ours ({tag}) / DGL", op(which, "peak_rss_mib", "MiB", "peak RSS (VmHWM)"),
+                         op("dgl", "peak_rss_mib", "MiB", "peak RSS (VmHWM)")),
+                   ratio(f"edge cut: ours ({tag}) / DGL", op(which, "edge_cut_pct", "% of edges", "edge cut",
+                                                              "counted"),
+                         op("dgl", "edge_cut_pct", "% of edges", "edge cut", "counted"))]
+    t = {k: med(k, "wall_s") for k in runs}
+    rss = {k: med(k, "peak_rss_mib") for k in runs}
+    cut = {k: med(k, "edge_cut_pct") for k in runs}
+    above = {k: statistics.median(r["peak_rss_mib"] - r["baseline_rss_mib"] for r in runs[k]) for k in runs}
     metis_peak, metis_own = alone["peak_rss_mib"], alone["peak_rss_mib"] - alone["inputs_rss_mib"]
-    return {
-        "ratio": ratio,
-        "ratio_name": "wall time ours / dgl.distributed.partition_graph (metis), median",
-        "summary": (f"partition {store.num_nodes} vertices / {store.num_edges} edges into {args.parts}: "
-                    f"time ours/DGL = {ratio:.3f} ({t_ours:.2f}s vs {t_dgl:.2f}s); peak RSS ours "
-                    f"{rss_ours:.0f} MiB = {rss_ours / size_mib:.2f}x CSR+features ({size_mib:.0f} MiB), "
-                    f"DGL {rss_dgl:.0f} MiB = {rss_dgl / size_mib:.2f}x; above baseline ours "
-                    f"{above_ours:.0f} MiB, DGL {above_dgl:.0f} MiB; edge cut ours {cut_ours:.2f}% "
-                    f"(coarsen {coarsen}), DGL {cut_dgl:.2f}%; median of {args.repeat}. "
-                    f"Plain METIS call alone (coarsen none): peak {metis_peak:.0f} MiB = "
-                    f"{metis_peak / size_mib:.2f}x, of which {metis_own:.0f} MiB = {metis_own / size_mib:.2f}x "
-                    f"is libmetis's working memory above its input arrays"),
+
+    def row(k: str, name: str) -> str:
+        return (f"{name} {t[k]:.2f}s, peak RSS {rss[k]:.0f} MiB = {rss[k] / size_mib:.2f}x CSR+features "
+                f"({above[k]:.0f} MiB above baseline), cut {cut[k]:.2f}%")
+
+    result = {
+        "summary": (f"partition {size}: plain METIS ours/DGL time = {t['ours'] / t['dgl']:.3f}, peak RSS "
+                    f"{rss['ours'] / rss['dgl']:.3f}; coarsened ours/DGL time = {t['ours-lp'] / t['dgl']:.3f}, "
+                    f"peak RSS {rss['ours-lp'] / rss['dgl']:.3f}, cut {cut['ours-lp']:.2f}% vs {cut['dgl']:.2f}%. "
+                    f"{row('ours', 'ours plain')}; {row('ours-lp', 'ours coarsened')}; {row('dgl', 'DGL')}; "
+                    f"graph {size_mib:.0f} MiB; median of {args.repeat}. Plain METIS call alone: peak "
+                    f"{metis_peak:.0f} MiB = {metis_peak / size_mib:.2f}x, of which {metis_own:.0f} MiB = "
+                    f"{metis_own / size_mib:.2f}x is libmetis's working memory above its input arrays"),
         "num_nodes": store.num_nodes,
         "num_edges": store.num_edges,
         "parts": args.parts,
         "graph_csr_features_mib": size_mib,
-        "ours_wall_s": t_ours,
-        "dgl_wall_s": t_dgl,
-        "ours_peak_rss_mib": rss_ours,
-        "dgl_peak_rss_mib": rss_dgl,
-        "ours_rss_over_graph": rss_ours / size_mib,
-        "dgl_rss_over_graph": rss_dgl / size_mib,
-        "ours_rss_above_baseline_mib": above_ours,
-        "dgl_rss_above_baseline_mib": above_dgl,
-        "ours_edge_cut_pct": cut_ours,
-        "dgl_edge_cut_pct": cut_dgl,
-        "ours_coarsen": coarsen,
+        "wall_s": t,
+        "peak_rss_mib": rss,
+        "rss_above_baseline_mib": above,
+        "rss_over_graph": {k: v / size_mib for k, v in rss.items()},
+        "edge_cut_pct": cut,
+        "ours_coarsen": {k: runs[k][0].get("coarsen") for k in OURS},
         "metis_alone_peak_rss_mib": metis_peak,
         "metis_alone_rss_over_graph": metis_peak / size_mib,
         "metis_working_mib": metis_own,
         "metis_working_over_graph": metis_own / size_mib,
         "runs": {**runs, "metis-alone": [alone]},
     }
+    return headline(result, ratios)
 
 
 def _worker_main() -> int:
     p = argparse.ArgumentParser()
-    p.add_argument("--worker", choices=["ours", "dgl", "metis-alone"], required=True)
+    p.add_argument("--worker", choices=WORKERS, required=True)
     p.add_argument("--graph", required=True)
     p.add_argument("--parts", type=int, required=True)
     p.add_argument("--out", required=True)

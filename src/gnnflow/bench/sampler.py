@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from gnnflow.bench.ratios import headline, operand, ratio
 from gnnflow.errors import GnnflowError
 
 
@@ -131,13 +132,18 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     med = {k: statistics.median(v) for k, v in eps.items()}
     cpu_med = {k: statistics.median(v) for k, v in cpu_eps.items()}
     ms_med = {k: statistics.median(v) for k, v in ms.items()}
-    ratio = med["ours"] / med["dgl"]
-    cpu_ratio = cpu_med["ours"] / cpu_med["dgl"]
-    return {
-        "ratio": ratio,
-        "ratio_name": "ours/DGL sampled edges per second (higher is better)",
+    setting = (f"{desc}, fanouts {args.fanouts}, batch {args.batch_size}, {args.rounds}x{args.batches} batches, "
+               f"{threads} threads, median over rounds")
+    ratios = [ratio("sampled edges per second: ours / DGL (higher is better)",
+                    operand(med["ours"], "edges/s", f"gnnflow NeighborSampler, {setting}"),
+                    operand(med["dgl"], "edges/s", f"DGL 1.1.3 NeighborSampler, {setting}"), ">= 1.0"),
+              ratio("sampled edges per CPU second: ours / DGL (higher is better)",
+                    operand(cpu_med["ours"], "edges/CPU s", f"gnnflow NeighborSampler, {setting}"),
+                    operand(cpu_med["dgl"], "edges/CPU s", f"DGL 1.1.3 NeighborSampler, {setting}"), ">= 1.0")]
+    ratio_wall, cpu_ratio = ratios[0]["value"], ratios[1]["value"]
+    return headline({
         "summary": (
-            f"sampler: ratio {ratio:.2f} (ours {med['ours'] / 1e6:.2f} M edges/s, {ms_med['ours']:.1f} ms/batch; "
+            f"sampler: ratio {ratio_wall:.2f} (ours {med['ours'] / 1e6:.2f} M edges/s, {ms_med['ours']:.1f} ms/batch; "
             f"DGL {med['dgl'] / 1e6:.2f} M edges/s, {ms_med['dgl']:.1f} ms/batch; per CPU-second ratio "
             f"{cpu_ratio:.2f}) on {desc}, fanouts {args.fanouts}, batch {args.batch_size}, "
             f"{args.rounds}x{args.batches} batches, {threads} threads"
@@ -156,4 +162,4 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "dgl_edges_per_cpu_s": cpu_med["dgl"],
         "rounds": {"ours_edges_per_s": eps["ours"], "dgl_edges_per_s": eps["dgl"]},
         "torch_threads": threads,
-    }
+    }, ratios)

@@ -2,13 +2,17 @@
 
 One run on ``--workers`` ranks (default 4) over the same graph and partition:
 
-* **strategies** — ``split``, ``data`` and ``p3`` are prepared in the same
-  ranks and train ``--epochs`` epochs each, alternating epoch by epoch; per
-  strategy the median epoch time (slowest rank, first epoch left out) and its
-  sample / load / forward-backward breakdown (GSplit Table 3's S, L, FB), and
-  the machine-independent counts per epoch summed over ranks: sampled edges
-  (edges computed), features loaded, bytes shuffled (bytes sent by all ranks).
-  Ratios are data-parallel / split and p3 / split.
+* **strategies** — ``split``, ``data``, ``p3`` and the peer ``distdgl`` (DGL
+  1.1.3's DistDGL on the same book, with the same per-rank batch size and
+  fanouts) are prepared in the same ranks and train ``--epochs`` epochs each,
+  alternating epoch by epoch; per strategy the median epoch time (slowest
+  rank, first epoch left out) and its sample / load / forward-backward
+  breakdown (GSplit Table 3's S, L, FB), and the machine-independent counts per
+  epoch summed over ranks: sampled edges (edges computed), features loaded,
+  bytes shuffled (bytes sent by all ranks; DGL counts none).  Ratios are
+  data-parallel / split, p3 / split and DistDGL / split.  All run with the
+  same pipeline setting: ``--pipeline`` turns on our asynchronous pipeline and
+  DGL's sampler processes (``--dgl-samplers`` per trainer) together.
 * **redundancy** (GSplit Table 1) — for the same targets, edges computed and
   features loaded by ``P`` data-parallel micro-batches vs one mini-batch.
 * **partitions** (``--partitions``, GSplit Fig. 5) — split-parallel on each
@@ -32,9 +36,11 @@ from typing import Any
 
 import numpy as np
 
+from gnnflow.bench.ratios import headline, operand, ratio
 from gnnflow.errors import ConfigError
+from gnnflow.strategies.distdgl import DEFAULT_SAMPLERS
 
-STRATEGIES = ("split", "data", "p3")
+STRATEGIES = ("split", "data", "p3", "distdgl")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -48,13 +54,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batch-size", type=int, default=512, help="targets per rank per iteration (default 512)")
     parser.add_argument("--epochs", type=int, default=4,
                         help="epochs per strategy, alternating; medians over epochs after the first (default 4)")
-    parser.add_argument("--strategies", default=",".join(STRATEGIES), help="subset of split,data,p3")
+    parser.add_argument("--strategies", default=",".join(STRATEGIES), help=f"subset of {','.join(STRATEGIES)}")
     parser.add_argument("--partitions", default="presample,node,edge,random",
                         help="partition methods for the Fig. 5 sweep ('' to skip)")
     parser.add_argument("--evaluate", action="store_true", help="test accuracy after every epoch (Fig. 7)")
     parser.add_argument("--pipeline", action="store_true",
-                        help="run the asynchronous pipeline (default off: background threads of one strategy "
-                             "would run during another's timed epoch)")
+                        help="run the asynchronous pipeline and DistDGL's sampler processes (default off: "
+                             "background threads of one strategy would run during another's timed epoch)")
+    parser.add_argument("--dgl-samplers", type=int, default=DEFAULT_SAMPLERS,
+                        help=f"DistDGL sampler processes per trainer with --pipeline (default {DEFAULT_SAMPLERS})")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds per distributed run")
 
@@ -191,6 +199,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
     # every strategy (and split on every partition) in one run, epochs alternating
     cfgs = {s: make_cfg(s, graph, partition, args, args.epochs) for s in strategies}
+    if "distdgl" in cfgs:  # the same pipeline setting: DGL's sampler processes with ours' pipeline
+        cfgs["distdgl"]["options"]["num_samplers"] = args.dgl_samplers if args.pipeline else 0
     for method in methods:
         book = partition_for(graph, method, args.workers, workdir, fanouts, global_batch, args.seed)
         if book.resolve() != partition.resolve() or "split" not in cfgs:
@@ -205,13 +215,24 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                               "graph": str(graph), "partition": str(partition), "epochs": args.epochs,
                               "wall_s": wall, "strategies": med}
 
-    def ratio(a: str, key: str) -> float | None:
-        if a in med and "split" in med and med["split"].get(key):
-            return med[a][key] / med["split"][key]
-        return None
-
-    result["ratios"] = {f"{a}/split_{key}": ratio(a, key) for a in ("data", "p3") if a in med
-                        for key in ("time_epoch", "sampled_edges", "features_loaded", "bytes_sent")}
+    label = {"split": "split-parallel", "data": "data-parallel", "p3": "P3*",
+             "distdgl": f"DistDGL ({cfgs.get('distdgl', {}).get('options', {}).get('num_samplers', 0)} sampler "
+                        "processes per trainer)"}
+    setting = (f"{args.workers} ranks, {args.model}, fanouts {fanouts}, batch {args.batch_size}/rank, pipeline "
+               f"{'on' if args.pipeline else 'off'}; median over epochs 2..{args.epochs} (alternating)")
+    units = {"time_epoch": ("s/epoch", "epoch time (slowest rank)", "measured"),
+             "sampled_edges": ("edges/epoch", "sampled edges, summed over ranks", "counted"),
+             "features_loaded": ("rows/epoch", "input feature rows loaded, summed over ranks", "counted"),
+             "bytes_sent": ("bytes/epoch", "bytes sent, summed over ranks", "counted")}
+    ratios = []
+    if "split" in med:
+        for a in ("data", "p3", "distdgl"):
+            for key, (unit, what, kind) in units.items():
+                if a in med and med["split"].get(key) and (a != "distdgl" or key != "bytes_sent"):
+                    ratios.append(ratio(f"{key}: {label[a]} / split-parallel",
+                                        operand(med[a][key], unit, f"{label[a]}: {what}; {setting}", kind),
+                                        operand(med["split"][key], unit, f"split-parallel: {what}; {setting}", kind)))
+    result["ratios"] = ratios
 
     # GSplit Table 1 on the same targets (single process, counts only)
     from gnnflow.data.store import open_store
@@ -243,10 +264,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             acc = result["accuracy"]
             result["final_test_acc_diff_points"] = 100.0 * abs(acc["split"][-1] - acc["data"][-1])
 
-    result["ratio"] = result["ratios"].get("data/split_features_loaded")
-    result["ratio_name"] = "features loaded per epoch, data-parallel / split-parallel"
     result["summary"] = _summary(result)
-    return result
+    names = [r["name"] for r in ratios]
+    head = "features_loaded: data-parallel / split-parallel"
+    return headline(result, ratios, names.index(head) if head in names else 0) if ratios else result
 
 
 def _summary(r: dict[str, Any]) -> str:
@@ -258,9 +279,8 @@ def _summary(r: dict[str, Any]) -> str:
         lines.append(f"{s:9s} {m['time_epoch']:8.2f} {m['time_sample']:6.2f} {m['time_load']:6.2f} "
                      f"{m['time_forward_backward']:6.2f} {m['sampled_edges']:10.0f} {m['features_loaded']:10.0f} "
                      f"{m['bytes_sent'] / 1e6:9.2f}")
-    for k, v in r["ratios"].items():
-        if v is not None:
-            lines.append(f"  {k} = {v:.2f}")
+    for x in r["ratios"]:
+        lines.append(f"  {x['name']} = {x['value']:.2f}")
     for name, t in r["table1"].items():
         lines.append(f"Table 1 ({name}): edges micro/mini = {t['edges_micro']}/{t['edges_mini']} = "
                      f"{t['edges_ratio']:.2f}x, features micro/mini = {t['features_micro']}/{t['features_mini']} = "

@@ -89,7 +89,7 @@ class FeatureStore:
     ) -> None:
         self.part = part
         self.node_part = node_part
-        self.rank, self.world_size = world()
+        self.rank, self.world_size = world(group)
         if self.world_size > 1 and part.part_id != self.rank:
             raise ConfigError(f"feature store: rank {self.rank} holds part {part.part_id}; rank i must load part i")
         table = part.features if local_rows is None else local_rows

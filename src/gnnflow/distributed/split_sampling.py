@@ -56,6 +56,9 @@ class SplitGraph:
     indices: np.ndarray
     features: np.ndarray | None
     labels: np.ndarray | None
+    #: whole-graph (in, out)-degrees of the owned vertices (``[n_inner, 2]``, ``inner_ids`` order);
+    #: when set, :func:`sp_sample` puts whole-graph degrees on every block (GCN, ``gcn_degrees=graph``)
+    degrees: torch.Tensor | None = None
 
     @property
     def num_nodes(self) -> int:
@@ -253,6 +256,14 @@ def sp_sample(sampler: SplitSampler, local_targets: torch.Tensor | np.ndarray,
         gather = torch.empty(mixed.shape[0], dtype=torch.int64)
         gather[is_local] = torch.arange(local_mixed.shape[0])
         gather[remote_pos] = next_front.shape[0] + torch.arange(remote_pos.shape[0])
+        if graph.degrees is not None:  # owners send the out-degree of every row they send
+            own = graph.degrees[torch.from_numpy(graph.rows(local_mixed))]
+            sent = alltoallv([graph.degrees[torch.from_numpy(graph.rows(r)), 1] for r in requested], stats,
+                             recv_counts=send_counts, group=sampler.group)
+            src_deg = torch.empty(mixed.shape[0], dtype=torch.float32)
+            src_deg[is_local] = own[:, 1]
+            src_deg[remote_pos] = torch.cat(sent) if sent else torch.empty(0)
+            block.src_deg, block.dst_deg = src_deg, own[: block.num_dst, 0]
         blocks.append(block)
         shuffle.append(LayerShuffle(send_index, send_counts, gather))
         frontiers.append(next_front)

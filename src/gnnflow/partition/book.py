@@ -25,6 +25,7 @@ touches another part's data.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -91,6 +92,14 @@ class Part:
     @property
     def num_edges(self) -> int:
         return int(self.indices.shape[0])
+
+    def with_self_loops(self) -> Part:
+        """This part with each inner vertex added to its own in-neighbours, last in its row
+        (the part of A + I; the whole store's rows get the same entry at the same place)."""
+        from gnnflow.data.csr import with_self_loops
+
+        indptr, indices = with_self_loops(self.indptr, self.indices)
+        return dataclasses.replace(self, indptr=indptr, indices=indices)
 
     def global_to_local(self, ids: Any) -> np.ndarray:
         """Local ids of global ``ids`` (inner first, then halo); -1 where absent.

@@ -30,6 +30,8 @@ _FLAGS: dict[str, tuple[str, type, str]] = {
     "--weight-decay": ("weight_decay", float, "Adam weight decay"),
     "--dropout": ("dropout", float, "dropout between layers"),
     "--heads": ("heads", int, "GAT attention heads"),
+    "--gcn-degrees": ("gcn_degrees", str, "GCN normalisation in mini-batch training: 'graph' (whole-graph "
+                      "degrees, default) or 'block' (the sampled block's own)"),
     "--epochs": ("epochs", int, "training epochs"),
     "--seed": ("seed", int, "random seed"),
     "--eval-every": ("eval_every", int, "evaluate every N epochs (and after the last)"),
@@ -58,6 +60,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         parser.add_argument(flag, dest=dest, type=typ, default=None, help=help_text)
     parser.add_argument("--fanouts", default=None, help="comma-separated fanout per layer, input layer first (-1 = all)")
     parser.add_argument("--resume", action="store_true", default=None, help="continue from RUNDIR/ckpt/last.pt")
+    loops = parser.add_mutually_exclusive_group()
+    loops.add_argument("--self-loops", dest="self_loops", action="store_const", const=True, default=None,
+                       help="train on A + I in every strategy (default for gcn and gat)")
+    loops.add_argument("--no-self-loops", dest="self_loops", action="store_const", const=False,
+                       help="train on the graph as stored (default for sage)")
     parser.add_argument("--opt", action="append", default=[], metavar="KEY=VALUE",
                         help="strategy option (repeatable), value parsed as YAML")
     for flag, (key, value, help_text) in _OPTION_FLAGS.items():
@@ -119,6 +126,8 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
         data["fanouts"] = parse_fanouts(data["fanouts"])
     if args.resume:
         data["resume"] = True
+    if args.self_loops is not None:
+        data["self_loops"] = args.self_loops
     options = dict(data.get("options") or {})
     options.update(parse_option(o) for o in args.opt)
     for key, *_ in _OPTION_FLAGS.values():

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import random
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -38,6 +39,40 @@ class GraphLike(Protocol):
     train_idx: np.ndarray
     val_idx: np.ndarray
     test_idx: np.ndarray
+
+
+@dataclass
+class ModelGraph:
+    """The graph a model trains on: the store's arrays with the structure the config defines
+    (A, or A + I with ``self_loops``).  Satisfies :class:`GraphLike`."""
+
+    indptr: np.ndarray
+    indices: np.ndarray
+    features: np.ndarray | None
+    labels: np.ndarray
+    train_idx: np.ndarray
+    val_idx: np.ndarray
+    test_idx: np.ndarray
+
+
+def model_graph(store: GraphLike, cfg: TrainConfig) -> ModelGraph:
+    """``store`` as the model sees it: self-loops added when ``cfg`` asks for them (every
+    strategy adds them the same way: v last in its own in-neighbour list)."""
+    from gnnflow.data.csr import with_self_loops
+
+    indptr, indices = np.asarray(store.indptr), np.asarray(store.indices)
+    if cfg.adds_self_loops:
+        indptr, indices = with_self_loops(indptr, indices)
+    return ModelGraph(indptr, indices, store.features, np.asarray(store.labels), np.asarray(store.train_idx),
+                      np.asarray(store.val_idx), np.asarray(store.test_idx))
+
+
+def graph_degrees(indptr: np.ndarray, indices: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+    """Whole-graph (in-degree, out-degree) of every vertex, float32."""
+    indptr = np.asarray(indptr)
+    in_deg = torch.from_numpy(np.diff(indptr).astype(np.float32))
+    out_deg = torch.from_numpy(np.bincount(np.asarray(indices), minlength=indptr.shape[0] - 1).astype(np.float32))
+    return in_deg, out_deg
 
 
 def seed_everything(seed: int) -> None:
@@ -128,8 +163,7 @@ def full_inference(model: GNN, indptr: np.ndarray, indices: np.ndarray, features
     device = torch.device(device)
     indptr = np.asarray(indptr)
     num_nodes = indptr.shape[0] - 1
-    in_deg = torch.from_numpy(np.diff(indptr)).float()
-    out_deg = torch.from_numpy(np.bincount(np.asarray(indices), minlength=num_nodes)).float()
+    in_deg, out_deg = graph_degrees(indptr, indices)
     sampler = NeighborSampler(indptr, indices, [-1])
     was_training = model.training
     model.eval()

@@ -112,7 +112,12 @@ def verify(workers: int, model: str = "sage", seed: int = 0, *, tamper: str | No
     from gnnflow.partition.api import partition_graph
     from gnnflow.partition.book import PartitionBook
     from gnnflow.sampling import NeighborSampler
-    from gnnflow.strategies.common import make_optimizer, seed_everything
+    from gnnflow.strategies.common import (
+        graph_degrees,
+        make_optimizer,
+        model_graph,
+        seed_everything,
+    )
 
     fanouts = [10, 10] if fanouts is None else [int(f) for f in fanouts]
     with tempfile.TemporaryDirectory(dir=workdir, prefix="gnnflow-verify-") as tmp:
@@ -135,11 +140,10 @@ def verify(workers: int, model: str = "sage", seed: int = 0, *, tamper: str | No
         seed_everything(seed)
         net = build_model_from_config(cfg, store.feature_dim, store.num_classes)
         opt = make_optimizer(net, cfg)
-        blocks = NeighborSampler(store.indptr, store.indices, cfg.fanouts, seed=seed).sample_blocks(union)
-        if model == "gcn":  # whole-graph degrees, as DataParallel's GCN blocks carry (options.degrees)
-            indptr = np.asarray(store.indptr)
-            in_deg = torch.from_numpy(np.diff(indptr)).float()
-            out_deg = torch.from_numpy(np.bincount(np.asarray(store.indices), minlength=store.num_nodes)).float()
+        graph = model_graph(store, cfg)  # A or A + I, as the strategy builds it
+        blocks = NeighborSampler(graph.indptr, graph.indices, cfg.fanouts, seed=seed).sample_blocks(union)
+        if cfg.graph_degrees:  # whole-graph degrees, as DataParallel's GCN blocks carry
+            in_deg, out_deg = graph_degrees(graph.indptr, graph.indices)
             for b in blocks:
                 b.src_deg, b.dst_deg = out_deg[b.src_ids], in_deg[b.dst_ids]
         x = torch.from_numpy(np.asarray(store.features)[blocks[0].src_ids.numpy()])

@@ -50,7 +50,7 @@ from gnnflow.errors import ConfigError
 from gnnflow.results.schema import Recorder
 from gnnflow.sampling import Block
 from gnnflow.strategies.base import RankContext
-from gnnflow.strategies.common import seed_everything
+from gnnflow.strategies.common import graph_degrees, model_graph, seed_everything
 from gnnflow.strategies.fullbatch_base import (
     FullBatchBase,
     compare_to_reference,
@@ -101,8 +101,9 @@ def _rank_payloads(cfg: TrainConfig, world_size: int, planner: str) -> list[dict
     book = PartitionBook.open(cfg.partition)
     store = open_store(book.graph_path)
     node_part = np.asarray(book.node_part)
-    in_deg = np.diff(np.asarray(store.indptr)).astype(np.float32)
-    out_deg = np.bincount(np.asarray(store.indices), minlength=store.num_nodes).astype(np.float32)
+    loops = 1.0 if cfg.adds_self_loops else 0.0  # A + I adds one in- and one out-edge per vertex
+    in_deg = np.diff(np.asarray(store.indptr)).astype(np.float32) + loops
+    out_deg = np.bincount(np.asarray(store.indices), minlength=store.num_nodes).astype(np.float32) + loops
     t0 = time.perf_counter()
     payloads: list[dict[str, Any]] = [{} for _ in range(world_size)]
     if planner != "replication":
@@ -158,6 +159,8 @@ class PlannedHalo(FullBatchBase):
         if book.num_parts != p:
             raise ConfigError(f"{self.cfg.partition} has {book.num_parts} parts; --workers must equal it (got {p})")
         part = book.load_part(rank)
+        if self.cfg.adds_self_loops:  # the model's graph is A + I, as in every strategy
+            part = part.with_self_loops()
         payloads = _rank_payloads(self.cfg, p, self.planner) if rank == 0 else None
         if p > 1:
             got: list[Any] = [None]
@@ -221,10 +224,9 @@ class PlannedHalo(FullBatchBase):
         from gnnflow.sampling import NeighborSampler
 
         store = open_store(book.graph_path)
-        indptr, indices = np.asarray(store.indptr), np.asarray(store.indices)
-        in_deg = torch.from_numpy(np.diff(indptr).astype(np.float32))
-        out_deg = torch.from_numpy(np.bincount(indices, minlength=store.num_nodes).astype(np.float32))
-        sampler = NeighborSampler(indptr, indices, [-1] * self.cfg.num_layers, seed=self.cfg.seed)
+        graph = model_graph(store, self.cfg)
+        in_deg, out_deg = graph_degrees(graph.indptr, graph.indices)
+        sampler = NeighborSampler(graph.indptr, graph.indices, [-1] * self.cfg.num_layers, seed=self.cfg.seed)
         blocks = sampler.sample_blocks(torch.from_numpy(self.inner_ids))
         for b in blocks:
             b.src_deg, b.dst_deg = out_deg[b.src_ids], in_deg[b.dst_ids]
@@ -300,13 +302,15 @@ def verify(workers: int, model: str = "gcn", seed: int = 0, **kw: Any) -> dict[s
     num_layers = int(kw.pop("num_layers", 2))
     hidden = int(kw.pop("hidden", 16))
     norm = str(kw.pop("norm", "both"))
+    self_loops = kw.pop("self_loops", None)
     timeout_s = float(kw.pop("timeout_s", 120))
     if kw:
         raise ConfigError(f"verify dgcl: unknown option(s) {sorted(kw)}")
     with tempfile.TemporaryDirectory(prefix="gnnflow-verify-dgcl-") as tmp:
         graph = verify_graph(graph, tmp, seed)
         book = partition_graph(graph, "metis", workers, f"{tmp}/parts", seed=seed)
-        ref = full_graph_reference(graph, model, hidden, num_layers, norm=norm, seed=seed)
+        loops = TrainConfig(graph=str(graph), model=model, self_loops=self_loops).adds_self_loops
+        ref = full_graph_reference(graph, model, hidden, num_layers, norm=norm, self_loops=loops, seed=seed)
         per: dict[str, Any] = {}
         for pl in planners:
             options = {"planner": pl, "norm": norm}
@@ -314,7 +318,7 @@ def verify(workers: int, model: str = "gcn", seed: int = 0, **kw: Any) -> dict[s
                 options["topology"] = topology
             cfg = TrainConfig(graph=str(graph), strategy="dgcl", partition=str(book.path), model=model,
                               hidden=hidden, num_layers=num_layers, fanouts=[-1] * num_layers, dropout=0.0,
-                              seed=seed, workers=workers, options=options)
+                              seed=seed, workers=workers, self_loops=self_loops, options=options)
             results = run_ranks(_verify_rank, workers, cfg.to_dict(), ref["state"], timeout_s=timeout_s)
             per[pl] = {**compare_to_reference(results, ref, tol, relative=False),
                        "relay_rows": sum(r["relay_rows"] for r in results)}

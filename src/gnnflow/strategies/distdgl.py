@@ -14,11 +14,25 @@ Launch (what DGL's ``tools/launch.py`` does, on this machine): the gnnflow
 launcher starts the P trainer ranks; rank 0 writes an ``ip_config`` with one
 line per partition ("machine") ``127.0.0.1 <port>`` and starts one server
 process per partition with ``DGL_ROLE=server``, ``DGL_SERVER_ID=i``,
-``DGL_NUM_SERVER=1``, ``DGL_NUM_CLIENT=P``, ``DGL_CONF_PATH``,
+``DGL_NUM_SERVER=1``, ``DGL_NUM_CLIENT=P * (1 + S)``, ``DGL_CONF_PATH``,
 ``DGL_IP_CONFIG``, ``DGL_GRAPH_FORMAT=csc``; trainers run with
-``DGL_DIST_MODE=distributed``, ``DGL_ROLE=client``, ``DGL_NUM_SAMPLER=0``.
+``DGL_DIST_MODE=distributed``, ``DGL_ROLE=client``, ``DGL_NUM_SAMPLER=S``.
 Servers die with rank 0 (``PR_SET_PDEATHSIG``), so a failed run leaves no
 process behind; on success DGL's ``exit_client`` shuts them down.
+
+Sampler processes (option ``num_samplers``, default 1): as ``launch.py
+--num_samplers S`` does, each trainer runs with ``DGL_NUM_SAMPLER=S`` and
+every server expects ``P * (1 + S)`` clients.  ``dgl.distributed.initialize``
+then spawns DGL's own pool of S sampler processes per trainer; each connects
+to the servers as a client of its trainer's machine, and
+``DistNodeDataLoader`` hands them the batches' seeds and prefetches
+``4 * S`` batches ahead (DGL's default queue size).  With ``num_samplers=0``
+the trainer samples inline, as DGL does without ``--num_samplers``.  The
+sampler processes get the same one-host patches (below) and die with their
+trainer (``PR_SET_PDEATHSIG``); on success DGL's ``exit_client`` joins them.
+Trainers get ``OMP_NUM_THREADS`` = their torch threads, as ``launch.py`` sets
+it; their sampler processes inherit it (without it each would run torch with
+as many threads as the machine has cores).
 
 DGL limitation and the two patches that work around it.  DGL assumes one
 machine (IP address) per partition: "We cannot run multiple servers and
@@ -29,16 +43,21 @@ clients on the same machine" (DGL's own tests).  On one host,
    machine is r (``rpc_client.get_local_machine_id`` patched);
 2. the servers' KVStore shared-memory segments are named only by the data
    name (``node~_N~feat-kvdata-``) and would collide, so every server/trainer
-   pair of partition r suffixes those names with ``-gnnflow-m<r>``
-   (``kvstore.empty_shared_mem`` wrapped), and each partition's copy of the
-   partition config gets its own graph name (``<name>_m<r>``) so the graph
-   structure and partition book segments are distinct too.
+   (and sampler) process of partition r suffixes those names with
+   ``-<run>m<r>`` (``kvstore.empty_shared_mem`` wrapped), and each partition
+   gets its own copy of the partition config with its own graph name
+   (``<run>m<r>``), so the graph structure and partition book segments are
+   distinct too.  ``<run>`` is drawn per run (``gf`` + 8 hex digits), so two
+   runs on one host, e.g. two users' benchmarks, never share a segment.
+
+Shared memory is removed by DGL's servers when they shut down; when rank 0
+dies instead, :mod:`gnnflow.strategies.distdgl_janitor` removes the run's
+``/dev/shm`` entries once the servers are gone.
 
 Everything else — sampling, KVStore pulls, partition policy, DDP — is DGL's
 code.  With those patches each trainer reads its local partition through
 shared memory and remote ones through RPC, as on a real cluster.  What is not
-possible here: DGL's separate sampler processes (``DGL_NUM_SAMPLER>0``) are
-not used (2 cores), and there is no network between "machines".
+possible here: there is no network between "machines".
 """
 
 from __future__ import annotations
@@ -48,6 +67,7 @@ import contextlib
 import ctypes
 import json
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -64,17 +84,21 @@ import torch.nn.functional as F
 from gnnflow.errors import ConfigError, DistributedError
 from gnnflow.results.schema import Recorder
 from gnnflow.strategies.base import RankContext, Strategy
+from gnnflow.strategies.distdgl_janitor import start_janitor
 
 SPLITS = ("train", "val", "test")
-_SHM_SUFFIX_ENV = "GNNFLOW_DGL_SHM_SUFFIX"
+#: DGL sampler processes per trainer (``launch.py --num_samplers``); 0 samples in the trainer
+DEFAULT_SAMPLERS = 1
+_RUN_ENV = "GNNFLOW_DGL_RUN"  # "<run>:<machine>": names a process's shared memory and its machine
+_TRAINER_ENV = "GNNFLOW_DGL_TRAINER_PID"  # the parent of a DGL sampler process
 
 
 # ---------------------------------------------------------------------------- DGL on one host
-def _patch_dgl_for_one_host(machine: int) -> None:
+def _patch_dgl_for_one_host(run: str, machine: int) -> None:
     """The two one-host patches described in the module docstring (idempotent per process)."""
     from dgl.distributed import kvstore, rpc_client
 
-    suffix = f"-gnnflow-m{machine}"
+    suffix = f"-{run}m{machine}"
     if getattr(kvstore, "_gnnflow_suffix", None) is None:
         original = kvstore.empty_shared_mem
 
@@ -86,28 +110,55 @@ def _patch_dgl_for_one_host(machine: int) -> None:
     rpc_client.get_local_machine_id = lambda _namebook: machine
 
 
-def dgl_partitions(book_path: str, graph_path: str, num_parts: int) -> list[Path]:
-    """DGL layout of ``book_path`` (written once, next to the book) and one config per partition."""
+def _patch_from_env() -> None:
+    run, machine = os.environ[_RUN_ENV].rsplit(":", 1)
+    _patch_dgl_for_one_host(run, int(machine))
+
+
+def _sampler_process(rpc_config: Any, mp_contexts: Any) -> None:
+    """Body of one of DGL's sampler processes (``dist_context.init_process``), patched first.
+
+    DGL's ``CustomPool`` spawns it inside ``dgl.distributed.initialize``; it inherits
+    the trainer's environment, which names its run and machine.
+    """
+    from dgl.distributed import dist_context
+
+    _set_pdeathsig()  # never outlive the trainer ...
+    if os.getppid() != int(os.environ[_TRAINER_ENV]):  # ... which may have died while this one started
+        os._exit(1)
+    _patch_from_env()
+    dist_context.init_process(rpc_config, mp_contexts)
+
+
+def num_samplers(cfg: Any) -> int:
+    """``options.num_samplers`` (DGL sampler processes per trainer, default :data:`DEFAULT_SAMPLERS`)."""
+    value = cfg.options.get("num_samplers", DEFAULT_SAMPLERS)
+    if isinstance(value, bool) or not str(value).strip().isdigit():
+        raise ConfigError(f"options.num_samplers: expected a count >= 0 of DGL sampler processes per "
+                          f"trainer, got {value!r}")
+    return int(value)
+
+
+def dgl_partitions(book_path: str, graph_path: str, num_parts: int, run: str, run_dir: Path) -> list[Path]:
+    """DGL layout of ``book_path`` (written once, next to the book) and, in ``run_dir``, one
+    config per partition naming the graph ``<run>m<r>`` (absolute paths to the shared layout)."""
     from gnnflow.partition.dgl_interop import write_dgl_partitions
 
     book = Path(book_path).resolve()
     out = book.parent / f"{book.name}.dgl"
-    name = "gnnflow"
-    conf = out / f"{name}.json"
+    conf = out / "gnnflow.json"
     if not conf.exists():
-        write_dgl_partitions(book, graph_path, out, name)
+        write_dgl_partitions(book, graph_path, out, "gnnflow")
     cfg = json.loads(conf.read_text())
     if int(cfg["num_parts"]) != num_parts:
         raise ConfigError(f"{conf}: {cfg['num_parts']} DGL partitions for {num_parts} trainers; "
                           "--strategy distdgl needs a one-level book with as many parts as --workers")
+    for p in range(num_parts):
+        cfg[f"part-{p}"] = {k: str(out / v) for k, v in cfg[f"part-{p}"].items()}
     confs = []
     for r in range(num_parts):
-        per = dict(cfg, graph_name=f"{name}_m{r}")
-        path = out / f"{name}_m{r}.json"
-        if not path.exists() or json.loads(path.read_text()) != per:
-            tmp = path.with_suffix(f".tmp{os.getpid()}")
-            tmp.write_text(json.dumps(per, indent=2, sort_keys=True))
-            os.replace(tmp, path)
+        path = run_dir / f"{run}m{r}.json"
+        path.write_text(json.dumps(dict(cfg, graph_name=f"{run}m{r}"), indent=2, sort_keys=True))
         confs.append(path)
     return confs
 
@@ -119,14 +170,19 @@ def _set_pdeathsig() -> None:  # runs in the server child before exec
         pass
 
 
-def start_servers(confs: list[Path], ip_config: Path, num_clients: int) -> list[subprocess.Popen]:
-    """One ``DistGraphServer`` process per partition, killed if this process dies."""
+def start_servers(confs: list[Path], ip_config: Path, run: str, num_trainers: int,
+                  samplers: int) -> list[subprocess.Popen]:
+    """One ``DistGraphServer`` process per partition, killed if this process dies.
+
+    Every trainer and every sampler process is a client (``launch.py``'s count).
+    """
     procs = []
+    num_clients = num_trainers * (1 + samplers)
     for i, conf in enumerate(confs):
         env = dict(os.environ, DGL_ROLE="server", DGL_SERVER_ID=str(i), DGL_NUM_SERVER="1",
                    DGL_NUM_CLIENT=str(num_clients), DGL_CONF_PATH=str(conf), DGL_IP_CONFIG=str(ip_config),
-                   DGL_GRAPH_FORMAT="csc", DGL_DIST_MODE="distributed", DGL_NUM_SAMPLER="0",
-                   OMP_NUM_THREADS="1", DGLBACKEND="pytorch")
+                   DGL_GRAPH_FORMAT="csc", DGL_DIST_MODE="distributed", DGL_NUM_SAMPLER=str(samplers),
+                   OMP_NUM_THREADS="1", DGLBACKEND="pytorch", **{_RUN_ENV: f"{run}:{i}"})
         procs.append(subprocess.Popen([sys.executable, "-m", "gnnflow.strategies.distdgl", "server"], env=env,
                                       preexec_fn=_set_pdeathsig, stdout=subprocess.DEVNULL))
     return procs
@@ -136,11 +192,10 @@ def _server_main() -> None:
     """Body of a server process (environment as DGL's launch.py sets it)."""
     from dgl.distributed import DistGraphServer
 
-    server_id = int(os.environ["DGL_SERVER_ID"])
-    _patch_dgl_for_one_host(server_id)
-    serv = DistGraphServer(server_id, os.environ["DGL_IP_CONFIG"], int(os.environ["DGL_NUM_SERVER"]),
-                           int(os.environ["DGL_NUM_CLIENT"]), os.environ["DGL_CONF_PATH"],
-                           graph_format=os.environ["DGL_GRAPH_FORMAT"].split(","))
+    _patch_from_env()
+    serv = DistGraphServer(int(os.environ["DGL_SERVER_ID"]), os.environ["DGL_IP_CONFIG"],
+                           int(os.environ["DGL_NUM_SERVER"]), int(os.environ["DGL_NUM_CLIENT"]),
+                           os.environ["DGL_CONF_PATH"], graph_format=os.environ["DGL_GRAPH_FORMAT"].split(","))
     serv.start()
 
 
@@ -154,6 +209,8 @@ class DistDGLBaseline(Strategy):
     def __init__(self, cfg: Any, ctx: RankContext) -> None:
         super().__init__(cfg, ctx)
         self.servers: list[subprocess.Popen] = []
+        self.janitor: subprocess.Popen | None = None
+        self.run: str | None = None  # this run's token in shared-memory names
 
     def prepare(self) -> None:
         import dgl
@@ -165,36 +222,47 @@ class DistDGLBaseline(Strategy):
         from gnnflow.strategies.common import make_optimizer, seed_everything
 
         cfg = self.cfg
+        samplers = num_samplers(cfg)
         rank, size = world()
         if not cfg.partition:
             raise ConfigError("--strategy distdgl needs --partition (a partition book with --workers parts)")
         if size < 2 and not dist.is_initialized():
             raise ConfigError("--strategy distdgl runs with --workers >= 2 (DGL's servers + trainers)")
-        shared: list[Any] = [None]
+        shared: list[Any] = [secrets.token_hex(4)]  # this run's name in shared memory
+        dist.broadcast_object_list(shared, 0)
+        run = self.run = f"gf{shared[0]}"
+        shared = [None]
         if rank == 0:
             from gnnflow.partition.book import PartitionBook
 
             book = PartitionBook.open(cfg.partition)
-            confs = dgl_partitions(cfg.partition, str(book.graph_path), size)
-            ip_dir = Path(tempfile.mkdtemp(prefix="gnnflow-dgl-"))
-            ip_config = ip_dir / "ip_config.txt"
+            run_dir = Path(tempfile.mkdtemp(prefix=f"gnnflow-dgl-{run}-"))
+            confs = dgl_partitions(cfg.partition, str(book.graph_path), size, run, run_dir)
+            ip_config = run_dir / "ip_config.txt"
             ip_config.write_text("".join(f"127.0.0.1 {free_port()}\n" for _ in range(size)))
-            self.servers = start_servers(confs, ip_config, size)
+            self.servers = start_servers(confs, ip_config, run, size, samplers)
+            self.janitor = start_janitor(run, run_dir, [p.pid for p in self.servers])
             atexit.register(self._stop_servers)  # runs after DGL's exit_client (registered later)
             shared = [(str(ip_config), [str(c) for c in confs])]
         dist.broadcast_object_list(shared, 0)
         ip_config, confs = shared[0]
-        os.environ.update(DGL_DIST_MODE="distributed", DGL_ROLE="client", DGL_NUM_SAMPLER="0",
-                          DGL_NUM_SERVER="1", DGL_NUM_CLIENT=str(size), DGL_GROUP_ID="0",
+        os.environ.update(DGL_DIST_MODE="distributed", DGL_ROLE="client", DGL_NUM_SAMPLER=str(samplers),
+                          DGL_NUM_SERVER="1", DGL_NUM_CLIENT=str(size * (1 + samplers)), DGL_GROUP_ID="0",
                           DGL_IP_CONFIG=ip_config, DGL_CONF_PATH=confs[rank])
-        _patch_dgl_for_one_host(rank)
+        os.environ.update({_RUN_ENV: f"{run}:{rank}", _TRAINER_ENV: str(os.getpid())})  # for DGL's samplers
+        # launch.py gives trainers (and so their sampler processes) OMP_NUM_THREADS = cores / trainers
+        os.environ["OMP_NUM_THREADS"] = str(torch.get_num_threads())
+        _patch_from_env()
+        from dgl.distributed import dist_context
+
+        dist_context.init_process = _sampler_process  # DGL's pool spawns its samplers with this
         # DGL prints connection progress to stdout; keep stdout clean for `--json` consumers
         with contextlib.redirect_stdout(sys.stderr):
             dgld.initialize(ip_config)
         atexit.unregister(dgld.exit_client)
         atexit.register(self._exit_dgl)  # LIFO: runs before _stop_servers on rank 0
         self._dgl_active = True
-        self.g = dgld.DistGraph(f"gnnflow_m{rank}", part_config=confs[rank])
+        self.g = dgld.DistGraph(f"{run}m{rank}", part_config=confs[rank])
         pb = self.g.get_partition_book()
         self.split_nids = {s: dgld.node_split(self.g.ndata[f"{s}_mask"], pb, force_even=True) for s in SPLITS}
         feat_dim = int(self.g.ndata["feat"].shape[1])
@@ -223,6 +291,10 @@ class DistDGLBaseline(Strategy):
             raise DistributedError(f"DistDGL trainers got unequal batch counts {[int(c) for c in allc]}")
 
     def run_epoch(self, epoch: int, rec: Recorder) -> float:
+        from dgl.distributed import dist_context
+
+        pool, workers = dist_context.get_sampler_pool()
+        rec.extra["dgl_sampler_processes"] = float(workers if pool is not None else 0)
         self.model.train()
         losses = []
         it = iter(self.loader)
@@ -291,7 +363,12 @@ class DistDGLBaseline(Strategy):
             except subprocess.TimeoutExpired:
                 p.kill()
                 p.wait(2)
+        self.servers = []
+        if self.janitor is not None:  # servers gone: it removes the run's shared memory and files
+            self.janitor.communicate(timeout=60)
+            self.janitor = None
 
 
 if __name__ == "__main__" and sys.argv[1:] == ["server"]:
     _server_main()
+

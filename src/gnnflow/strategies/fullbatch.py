@@ -8,15 +8,16 @@ is ``H' = σ(Â H W + b)``; the SpMM ``Â·`` is the P-round broadcast SpMM of
 loss) is local.  Weights are replicated; gradients are all-reduced once per
 step (:class:`~gnnflow.strategies.fullbatch_base.FullBatchBase`).
 
-``Â`` matches :class:`gnnflow.nn.GCNConv` (the single-process reference):
-self-loops added, and ``norm="both"`` (Kipf-Welling ``D^-1/2 (A+I) D^-1/2``)
-or ``norm="right"`` (row-normalised ``D^-1 (A+I)``, MG-GCN eq. 2).  Rows are
+``Â`` matches :class:`gnnflow.nn.GCNConv` (the single-process reference) on
+the model's graph: A + I when the ``self_loops`` setting says so (GCN's
+standard, as in every strategy), and ``norm="both"`` (Kipf-Welling
+``D^-1/2 (A+I) D^-1/2``) or ``norm="right"`` (row-normalised ``D^-1 (A+I)``,
+MG-GCN eq. 2).  Rows are
 destinations, so the CSR of the graph store *is* the row block of ``Â``.
 
 Options (``cfg.options``, ``--opt key=value``):
 
 ``norm``              "both" (default) | "right"
-``self_loops``        true (default): Â is built from A + I (the reference adds the loops to its graph)
 ``overlap``           true (default): broadcast of round j+1 overlaps the SpMM of round j (§4.3)
 ``permute``           true (default): permute-1d row blocks (§5.2); false: natural order
                       (used only when no partition book is given)
@@ -242,7 +243,7 @@ class FullBatch(FullBatchBase):
         if self.transpose not in ("auto", "exchange"):
             raise ConfigError(f"options.transpose: must be 'auto' or 'exchange', got {self.transpose!r}")
         self.cache_input_spmm = _bool(opts.get("cache_input_spmm", False))
-        self.self_loops = _bool(opts.get("self_loops", True))
+        self.self_loops = cfg.adds_self_loops  # the model's graph: A + I for GCN by default
         self.skip_rounds = skip_rounds
         self.engine: BroadcastSpMM | None = None
         self.features: torch.Tensor | None = None
@@ -533,8 +534,8 @@ def verify(workers: int, model: str = "gcn", seed: int = 0, **kw: Any) -> dict[s
     graph = kw.pop("graph", None)
     partition = kw.pop("partition", None)
     options = {"norm": norm, "memory": kw.pop("memory", "reuse"), "overlap": kw.pop("overlap", True),
-               "permute": kw.pop("permute", True), "transpose": kw.pop("transpose", "auto"),
-               "self_loops": kw.pop("self_loops", True)}
+               "permute": kw.pop("permute", True), "transpose": kw.pop("transpose", "auto")}
+    self_loops = kw.pop("self_loops", None)
     num_layers = int(kw.pop("num_layers", 2))
     hidden = int(kw.pop("hidden", 16))
     timeout_s = float(kw.pop("timeout_s", 120))
@@ -544,9 +545,10 @@ def verify(workers: int, model: str = "gcn", seed: int = 0, **kw: Any) -> dict[s
         graph = verify_graph(graph, tmp, seed)
         cfg = TrainConfig(graph=str(graph), strategy="fullbatch", model="gcn", hidden=hidden,
                           num_layers=num_layers, fanouts=[-1] * num_layers, dropout=0.0, seed=seed,
-                          workers=workers, partition=str(partition) if partition else None, options=options)
+                          workers=workers, partition=str(partition) if partition else None,
+                          self_loops=self_loops, options=options)
         ref = full_graph_reference(str(graph), "gcn", hidden, num_layers, norm=norm,
-                                   self_loops=_bool(options["self_loops"]), seed=seed)
+                                   self_loops=cfg.adds_self_loops, seed=seed)
         results = run_ranks(_verify_rank, workers, cfg.to_dict(), ref["state"], skip_rounds, timeout_s=timeout_s)
     check = compare_to_reference(results, ref, tol, relative=True)
     return {**check, "workers": workers, "num_layers": num_layers, "norm": norm,

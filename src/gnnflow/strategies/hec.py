@@ -240,7 +240,20 @@ class HistoricalEmbeddingCache(MiniBatchStrategy):
         feats[order] = np.asarray(self.features[rows[order]], dtype=np.float32)
         mb.inputs = torch.from_numpy(feats)
         mb.counters["features_loaded"] = float(rows.shape[0])
+        self.attach_degrees(mb)
         return mb
+
+    def prepare_degrees(self) -> None:
+        self.local_degrees()  # collective, so on the main thread, once
+
+    def attach_degrees(self, mb: MiniBatch) -> None:
+        """Whole-graph degrees of the blocks' local ids (a table over solid + halo vertices)."""
+        if not self.cfg.graph_degrees:
+            return
+        deg = self.local_degrees()
+        assert mb.blocks is not None
+        for b in mb.blocks:
+            b.src_deg, b.dst_deg = deg[b.src_ids, 1], deg[b.dst_ids, 0]
 
     def device_stage(self, mb: MiniBatch) -> MiniBatch:
         # Blocks stay on the host: halo misses are dropped from them (on the host, where the

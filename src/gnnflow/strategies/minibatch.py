@@ -36,9 +36,10 @@ returns the same global accuracies.
 Options (``cfg.options``): ``pipeline`` (bool, default true),
 ``capacities`` ("25,5,1"), ``replicate_structure`` (false), ``two_level``
 (true), ``cache_rows`` (0: rows of hot remote features cached, chosen from
-``presample_batches`` (8) presampled batches), ``ddp`` (false), ``degrees``
-("global" for GCN: blocks carry whole-graph degrees, fetched with the
-features; "block": the block's own degrees).
+``presample_batches`` (8) presampled batches), ``ddp`` (false).  The model
+settings ``self_loops`` (the part becomes its share of A + I) and ``gcn_degrees``
+("graph": GCN blocks carry whole-graph degrees, fetched with the features;
+"block": the block's own) are applied here as in every strategy.
 
 Hooks for subclasses (split-parallel, p3, HEC): override any of
 
@@ -59,7 +60,6 @@ None from its builder.  ``self.part``, ``self.book``, ``self.node_part``,
 from __future__ import annotations
 
 import math
-import warnings
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -81,7 +81,6 @@ from gnnflow.distributed.pipeline import (
 )
 from gnnflow.errors import ConfigError
 from gnnflow.results.schema import Recorder
-from gnnflow.sampling import Block
 from gnnflow.strategies.base import RankContext, Strategy
 
 if TYPE_CHECKING:
@@ -155,12 +154,12 @@ class MiniBatchStrategy(Strategy):
             raise ConfigError(f"options.samplers=process: strategy {cfg.strategy!r} has its own sample or load "
                               "stage; sampler processes serve the data-parallel stages only")
         self.sampler_proc: SamplerProcess | None = None
-        # GCN normalises by degrees: whole-graph degrees make each target's output independent of
-        # the other targets in its batch, so P micro-batches sum to the union batch (verify())
-        self.degrees = str(opts.get("degrees", "global" if cfg.model == "gcn" else "block"))
-        if self.degrees not in ("global", "block"):
-            raise ConfigError(f"options.degrees: 'global' or 'block', got {self.degrees!r}")
+        # GCN normalises by degrees: whole-graph degrees (cfg.gcn_degrees = graph) make each
+        # target's output independent of the other targets in its batch, so P micro-batches sum
+        # to the union batch (verify())
         self.degree_store: FeatureStore | None = None
+        #: the process group whose rank i holds part i (None: all ranks; split groups have their own)
+        self.part_group: Any = None
         self.pipeline: MiniBatchPipeline | None = None
         self.net: torch.nn.Module | None = None  # the plain GNN (self.model may be its DDP wrapper)
         self.sample_stats: CommStats | None = None
@@ -200,6 +199,8 @@ class MiniBatchStrategy(Strategy):
             self.graph_path = cfg.graph
         else:
             raise ConfigError(f"strategy {cfg.strategy}: --workers {size} needs --partition (a partition book)")
+        if cfg.adds_self_loops:  # the model's graph is A + I (cfg.self_loops), as in every strategy
+            self.part = self.part.with_self_loops()
         self.num_classes = int(self.meta["num_classes"])
         self.in_dim = int(self.part.features.shape[1]) if self.part.features is not None else 0
         self.target_ids, self.target_labels = self.local_targets()
@@ -209,9 +210,8 @@ class MiniBatchStrategy(Strategy):
         self.load_stats = CommStats(size)
         self.sampler = self.build_sampler(self.groups["sample"])
         self.feature_store = self.build_feature_store(self.groups["load"])
-        if self.degrees == "global" and self.feature_store is not None:
-            self.degree_store = FeatureStore(self.part, self.node_part, local_rows=self.global_degrees(),
-                                             stats=self.load_stats, group=self.groups["load"])
+        if cfg.graph_degrees:
+            self.prepare_degrees()
         if self.cache_rows > 0 and self.feature_store is not None:
             self._build_cache()
 
@@ -335,13 +335,25 @@ class MiniBatchStrategy(Strategy):
         before = stats_totals(self.load_stats)
         # a sampler process passes its hand-over slot as the destination of the rows
         mb.inputs = self.feature_store.fetch(mb.blocks[0].src_ids, mb.counters, out=mb.meta.pop("inputs_out", None))
-        if self.degree_store is not None:
-            # every block's vertices are a prefix of blocks[0].src_ids (dst first, DGL layout)
-            deg = self.degree_store.fetch(mb.blocks[0].src_ids)
-            for b in mb.blocks:
-                b.src_deg, b.dst_deg = deg[: b.num_src, 1], deg[: b.num_dst, 0]
+        self.attach_degrees(mb)
         add_stats_delta(mb, self.load_stats, before, "load")
         return mb
+
+    def prepare_degrees(self) -> None:
+        """What :meth:`attach_degrees` needs (``cfg.gcn_degrees = graph``): a store of the whole-graph
+        degrees of this rank's vertices, served to peers like feature rows.  Collective."""
+        self.degree_store = FeatureStore(self.part, self.node_part, local_rows=self.global_degrees(),
+                                         stats=self.load_stats, group=self.groups["load"])
+
+    def attach_degrees(self, mb: MiniBatch) -> None:
+        """Whole-graph degrees on the batch's blocks (``cfg.gcn_degrees = graph``; collective then)."""
+        if self.degree_store is None:
+            return
+        assert mb.blocks is not None
+        # every block's vertices are a prefix of blocks[0].src_ids (dst first, DGL layout)
+        deg = self.degree_store.fetch(mb.blocks[0].src_ids)
+        for b in mb.blocks:
+            b.src_deg, b.dst_deg = deg[: b.num_src, 1], deg[: b.num_dst, 0]
 
     def device_stage(self, mb: MiniBatch) -> MiniBatch:
         dev = self.ctx.device
@@ -448,31 +460,19 @@ class MiniBatchStrategy(Strategy):
         return float(np.mean(losses)) if losses else float("nan")
 
     # ---------------------------------------------------------------- evaluation
-    def part_block(self) -> Block:
-        """The part's local graph as one block: dst = inner vertices, src = inner + halo.
-
-        Carries the WHOLE graph's degrees (``dst_deg`` = in-degree, ``src_deg`` =
-        out-degree, as :func:`gnnflow.strategies.common.full_inference` uses), so a
-        normalised layer (GCN) computes what single-process inference computes.
-        A source's out-degree is spread over the parts that hold its out-edges:
-        partial counts go to the owner (one exchange), which sums them; halo
-        vertices' totals come back through the feature store (one more).  Collective.
-        """
-        if getattr(self, "_part_block", None) is not None:
-            return self._part_block
-        part = self.part
-        degrees = self.global_degrees()
-        store = FeatureStore(part, self.node_part, local_rows=degrees[:, 1:])
-        src_deg = torch.cat([degrees[:, 1], store.fetch(part.halo_ids)[:, 0]])
-        with warnings.catch_warnings():
-            # the whole graph's CSR is a read-only memory map with one rank; the block is only read
-            warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
-            self._part_block = Block(dst_ids=torch.from_numpy(np.asarray(part.inner_ids, dtype=np.int64)),
-                                     src_ids=torch.from_numpy(np.asarray(part.local_to_global, dtype=np.int64)),
-                                     indptr=torch.from_numpy(np.asarray(part.indptr, dtype=np.int64)),
-                                     indices=torch.from_numpy(np.asarray(part.indices, dtype=np.int64)),
-                                     src_deg=src_deg, dst_deg=degrees[:, 0].clone())
-        return self._part_block
+    def local_degrees(self) -> torch.Tensor:
+        """``[num_local, 2]`` float32 whole-graph (in, out)-degrees of the part's local vertices
+        (inner, then halo; a halo vertex's in-degree is not known here and is 0).  Collective:
+        a source's out-degree is spread over the parts that hold its out-edges, so the halo
+        vertices' totals come from their owners (one exchange, once)."""
+        if getattr(self, "_local_degrees", None) is not None:
+            return self._local_degrees
+        inner = self.global_degrees()
+        store = FeatureStore(self.part, self.node_part, local_rows=inner[:, 1:], group=self.part_group)
+        halo_out = store.fetch(self.part.halo_ids)[:, 0]
+        halo = torch.stack([torch.zeros_like(halo_out), halo_out], 1)
+        self._local_degrees = torch.cat([inner, halo], 0)
+        return self._local_degrees
 
     def global_degrees(self) -> torch.Tensor:
         """``[num_inner, 2]`` float32: whole-graph in- and out-degree of this rank's vertices.  Collective.
@@ -487,34 +487,31 @@ class MiniBatchStrategy(Strategy):
         n_in = part.num_inner
         partial = np.bincount(np.asarray(part.indices, dtype=np.int64), minlength=part.num_local).astype(np.int64)
         out_inner = partial[:n_in].copy()
-        if world()[1] > 1:
+        group = self.part_group
+        if world(group)[1] > 1:
             halo = np.asarray(part.halo_ids, dtype=np.int64)
             owner = np.asarray(self.node_part[halo], dtype=np.int64)
             order = np.argsort(owner, kind="stable")
-            counts = np.bincount(owner, minlength=world()[1]).tolist()
-            ids_in = alltoallv(list(torch.split(torch.from_numpy(halo[order]), counts)))
+            counts = np.bincount(owner, minlength=world(group)[1]).tolist()
+            ids_in = alltoallv(list(torch.split(torch.from_numpy(halo[order]), counts)), group=group)
             deg_in = alltoallv(list(torch.split(torch.from_numpy(partial[n_in:][order]), counts)),
-                               recv_counts=[int(t.numel()) for t in ids_in])
+                               recv_counts=[int(t.numel()) for t in ids_in], group=group)
             np.add.at(out_inner, part.global_to_local(torch.cat(ids_in).numpy()), torch.cat(deg_in).numpy())
         in_deg = np.diff(np.asarray(part.indptr, dtype=np.int64))
         # float32 rows (exact below 2**24) so they travel through the feature store
         self._global_degrees = torch.from_numpy(np.stack([in_deg, out_inner], 1).astype(np.float32))
         return self._global_degrees
 
-    @torch.no_grad()
     def inference(self) -> torch.Tensor:
-        """Logits of this rank's inner vertices by exact layer-wise inference (collective)."""
+        """Logits of this rank's inner vertices by exact layer-wise inference over the parts, chunk
+        by chunk (:func:`gnnflow.distributed.inference.layerwise_inference`; collective)."""
+        from gnnflow.distributed.inference import layerwise_inference
+
         assert self.net is not None
-        net = self.net
-        net.eval()
-        block = self.part_block().to(self.ctx.device)
-        h = torch.from_numpy(np.array(self.part.features, dtype=np.float32))
-        halo = self.part.halo_ids
-        for i in range(self.cfg.num_layers):
-            store = FeatureStore(self.part, self.node_part, local_rows=h.cpu())
-            h_src = torch.cat([h.cpu(), store.fetch(halo)], 0).to(self.ctx.device)
-            h = net.layer_step(i, block, h_src)
-        return h
+        # GCN normalises by whole-graph degrees in evaluation, as single-process inference does
+        degrees = self.local_degrees() if self.cfg.model == "gcn" else None
+        return layerwise_inference(self.net, self.part, self.node_part, self.ctx.device, degrees,
+                                   group=self.part_group)
 
     def evaluate(self) -> dict[str, float]:
         logits = self.inference().cpu()

@@ -40,6 +40,7 @@ from torch import nn
 from torch.func import functional_call
 
 from gnnflow.distributed.comm import CommStats, all_to_all_rows, world
+from gnnflow.distributed.feature_store import FeatureStore
 from gnnflow.distributed.pipeline import MiniBatch
 from gnnflow.errors import ConfigError
 from gnnflow.nn.gat import GATConv
@@ -149,19 +150,27 @@ class PushPull(MiniBatchStrategy):
     def build_feature_store(self, group: Any) -> None:
         return None  # no input row is fetched: every rank holds its columns of all rows
 
+    def prepare_degrees(self) -> None:
+        # the load stage has no exchange here: degrees travel in the sample stage, with the blocks
+        self.degree_store = FeatureStore(self.part, self.node_part, local_rows=self.global_degrees(),
+                                         stats=self.sample_stats, group=self.groups["sample"])
+
     def sample_stage(self, mb: MiniBatch) -> MiniBatch:
         mb = super().sample_stage(mb)
+        self.attach_degrees(mb)
         assert mb.blocks is not None
         b = mb.blocks[0]
-        mine = (b.dst_ids, b.src_ids, b.indptr, b.indices)
+        mine = (b.dst_ids, b.src_ids, b.indptr, b.indices, b.src_deg, b.dst_deg)
         _, size = world()
         every: list[Any] = [mine]
         if size > 1:
             every = [None] * size
             dist.all_gather_object(every, mine, group=self.groups["sample"])
-        mb.meta["first_blocks"] = [Block(dst_ids=d, src_ids=s, indptr=p, indices=i) for d, s, p, i in every]
+        mb.meta["first_blocks"] = [Block(dst_ids=d, src_ids=s, indptr=p, indices=i, src_deg=sd, dst_deg=dd)
+                                   for d, s, p, i, sd, dd in every]
         mb.counters["structure_bytes_received"] = float(sum(
-            8 * sum(t.numel() for t in e) for r, e in enumerate(every) if r != world()[0]))
+            t.element_size() * t.numel() for r, e in enumerate(every) if r != world()[0] for t in e
+            if t is not None))
         return mb
 
     def load_stage(self, mb: MiniBatch) -> MiniBatch:

@@ -36,7 +36,9 @@ from gnnflow.strategies.common import (
     batches,
     evaluate_full,
     feature_rows,
+    graph_degrees,
     make_optimizer,
+    model_graph,
     seed_everything,
 )
 
@@ -62,23 +64,27 @@ class SingleProcess(Strategy):
         self.batch_gen = batch_generator(cfg.seed)
         self.full: list[Block] | None = None
         self.features: torch.Tensor | None = None
+        self.degrees: tuple[torch.Tensor, torch.Tensor] | None = None
 
     def prepare(self) -> None:
         cfg = self.cfg
         self.store = store = open_store(cfg.graph)
         if store.features is None:
             raise ConfigError(f"graph {cfg.graph}: has no features.npy; training needs vertex features")
+        self.graph = graph = model_graph(store, cfg)  # A or A + I, as every strategy builds it
         seed_everything(cfg.seed)
         self.model = build_model_from_config(cfg, store.feature_dim, store.num_classes).to(self.ctx.device)
         self.optimizer = make_optimizer(self.model, cfg)
         self.labels = torch.from_numpy(np.array(store.labels, dtype=np.int64))
         self.train_ids = torch.from_numpy(np.array(store.train_idx, dtype=np.int64))
         if self.full_batch:
-            self.full = [b.to(self.ctx.device) for b in full_blocks(store.indptr, store.indices, 1)] * cfg.num_layers
+            self.full = [b.to(self.ctx.device) for b in full_blocks(graph.indptr, graph.indices, 1)] * cfg.num_layers
             self.features = torch.from_numpy(np.array(store.features, dtype=np.float32)).to(self.ctx.device)
         else:
             fanouts = cfg.fanouts or [-1] * cfg.num_layers
-            self.sampler = NeighborSampler(store.indptr, store.indices, fanouts, seed=cfg.seed)
+            self.sampler = NeighborSampler(graph.indptr, graph.indices, fanouts, seed=cfg.seed)
+            # GCN on whole-graph degrees (cfg.gcn_degrees), as the distributed mini-batch strategies
+            self.degrees = graph_degrees(graph.indptr, graph.indices) if cfg.graph_degrees else None
 
     def run_epoch(self, epoch: int, rec: Recorder) -> float:
         assert self.model is not None
@@ -90,6 +96,10 @@ class SingleProcess(Strategy):
         for index, targets in enumerate(batches(self.train_ids, self.cfg.batch_size, self.batch_gen)):
             with rec.timer("sample"):
                 blocks = self.sampler.at(epoch, index).sample_blocks(targets)
+                if self.degrees is not None:
+                    in_deg, out_deg = self.degrees
+                    for b in blocks:
+                        b.src_deg, b.dst_deg = out_deg[b.src_ids], in_deg[b.dst_ids]
             rec.count("sampled_edges", sum(b.num_edges for b in blocks))
             with rec.timer("load"):
                 x = feature_rows(self.store.features, blocks[0].src_ids)
@@ -126,8 +136,8 @@ class SingleProcess(Strategy):
         return float(loss.detach())
 
     def evaluate(self) -> dict[str, float]:
-        assert self.model is not None and self.store is not None
-        return evaluate_full(self.model, self.store, self.ctx.device)
+        assert self.model is not None
+        return evaluate_full(self.model, self.graph, self.ctx.device)
 
     def state_dict(self) -> dict[str, Any]:
         state = super().state_dict()

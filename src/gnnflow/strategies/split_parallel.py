@@ -168,6 +168,8 @@ class SplitParallel(MiniBatchStrategy):
         self.use_ddp = False  # gradients flow through the shuffles, not through DDP hooks
         self.group_index, self.group_rank, self.num_groups = rank // k, rank % k, size // k
         self.part = self.book.load_part(self.group_rank) if self.book is not None else whole_graph_part(cfg.graph)[0]
+        if cfg.adds_self_loops:  # the model's graph is A + I, as in every strategy
+            self.part = self.part.with_self_loops()
         self.num_classes = int(self.meta["num_classes"])
         self.in_dim = int(self.part.features.shape[1]) if self.part.features is not None else 0
         self.graph = SplitGraph.from_part(self.part, self.node_part, k)
@@ -191,6 +193,9 @@ class SplitParallel(MiniBatchStrategy):
         self.shuffle_stats = CommStats(k)
         self.load_stats = None
         # its stream is set per mini-batch (sample_stage): nothing to checkpoint
+        self.part_group = self.shuffle_group  # rank i of a split group holds part i
+        # GCN on whole-graph degrees (cfg.gcn_degrees): owners send them with the sampled ids
+        self.graph.degrees = self.global_degrees() if cfg.graph_degrees else None
         self.sampler = SplitSampler(self.graph, cfg.fanouts, seed=cfg.seed, group=self.groups["sample"])
         self.feature_store = None
         self.split_counts: list[tuple[list[int], list[int]]] = []
@@ -330,6 +335,8 @@ def _verify_rank(ctx: RankContext, arrays: dict[str, Any], node_part: np.ndarray
     group, gi, gr, ng = make_split_groups(ctx.rank, ctx.world_size, k)
     graph = SplitGraph.from_arrays(arrays["indptr"], arrays["indices"], node_part, gr, arrays["features"],
                                    arrays["labels"], num_parts=k)
+    if arrays.get("degrees") is not None:  # GCN: whole-graph degrees of the owned vertices
+        graph.degrees = torch.from_numpy(arrays["degrees"][graph.inner_ids])
     # perturb: rank 1 draws from another stream (the check must then fail)
     sampler = SplitSampler(graph, fanouts, seed=seed + (1 if perturb and ctx.rank == 1 else 0), group=group)
     local = group_targets(torch.from_numpy(targets), as_long_tensor(node_part), gi, ng, gr)
@@ -382,6 +389,7 @@ def verify(workers: int, model: str = "sage", seed: int = 0, **kw: Any) -> dict[
     from gnnflow.distributed.redundancy import microbatch_counts, split_targets
     from gnnflow.nn import build_model
     from gnnflow.sampling import NeighborSampler
+    from gnnflow.strategies.common import graph_degrees
 
     num_nodes = int(kw.get("num_nodes", 300))
     fanouts = [int(f) for f in kw.get("fanouts", [4, 3])]
@@ -393,6 +401,14 @@ def verify(workers: int, model: str = "sage", seed: int = 0, **kw: Any) -> dict[
     data = generate_synthetic(num_nodes=num_nodes, avg_degree=24.0, feature_dim=12, num_classes=4, seed=seed)
     arrays = {k_: np.asarray(data[k_]) for k_ in ("indptr", "indices", "features", "labels", "train_idx")}
     arrays["num_classes"] = data["num_classes"]
+    # the model's graph and degrees, as training defines them (self_loops, gcn_degrees=graph)
+    model_cfg = TrainConfig(graph="-", model=model)
+    if model_cfg.adds_self_loops:
+        from gnnflow.data.csr import with_self_loops
+
+        arrays["indptr"], arrays["indices"] = with_self_loops(arrays["indptr"], arrays["indices"])
+    in_deg, out_deg = graph_degrees(arrays["indptr"], arrays["indices"])
+    arrays["degrees"] = torch.stack([in_deg, out_deg], 1).numpy() if model_cfg.graph_degrees else None
     rng = np.random.default_rng(seed)
     node_part = rng.integers(0, k, num_nodes).astype(np.int32)
     targets = rng.choice(arrays["train_idx"], min(batch_size, arrays["train_idx"].shape[0]), replace=False)
@@ -404,6 +420,9 @@ def verify(workers: int, model: str = "sage", seed: int = 0, **kw: Any) -> dict[
 
     order = np.concatenate([r["targets"] for r in out])
     blocks = NeighborSampler(arrays["indptr"], arrays["indices"], fanouts, seed=seed).at(0, 0).sample_blocks(order)
+    if arrays["degrees"] is not None:
+        for b in blocks:
+            b.src_deg, b.dst_deg = out_deg[b.src_ids], in_deg[b.dst_ids]
     sample_equal = all(
         np.array_equal(_edge_set(b.dst_ids[b.edge_dst()].numpy(), b.src_ids[b.indices].numpy(), num_nodes),
                        np.unique(np.concatenate([_edge_set(*r["edges"][layer], num_nodes) for r in out])))

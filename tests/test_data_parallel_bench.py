@@ -1,0 +1,38 @@
+"""``gnnflow bench data-parallel``: ours vs DistDGL with and without DGL's sampler processes."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+pytest.importorskip("dgl")
+
+
+@pytest.mark.slow
+def test_bench_data_parallel_reports_both_distdgl_rows(tmp_path, no_leftovers):
+    from gnnflow.bench import data_parallel as bench
+    from gnnflow.bench.ratios import check_ratios
+    from gnnflow.data.synthetic import prepare_synthetic
+
+    store = prepare_synthetic(tmp_path / "graph", num_nodes=3000)
+    parser = argparse.ArgumentParser()
+    bench.add_arguments(parser)
+    args = parser.parse_args(["--graph", str(store.path), "--workers", "2", "--epochs", "2", "--hidden", "16",
+                              "--fanouts", "5,5", "--batch-size", "128", "--dgl-samplers", "1"])
+    r = bench.run(args)
+    no_leftovers([x["shm_run"] for x in r["distdgl"] + r["distdgl_no_samplers"]])
+    assert check_ratios(r) == []
+    head, on, off = r["ratios"][0], r["ratios"][1], r["ratios"][2]
+    # the headline is against the faster DistDGL configuration
+    assert head["denominator"]["value"] == min(r["distdgl_epoch_s"], r["distdgl_no_samplers_epoch_s"])
+    assert on["denominator"]["value"] == r["distdgl_epoch_s"] and off["denominator"]["value"] == \
+        r["distdgl_no_samplers_epoch_s"]
+    assert on["numerator"]["value"] == off["numerator"]["value"] == r["ours_epoch_s"]
+    assert r["ratio"] == head["value"] and r["ratio_samplers_on"] == on["value"]
+    assert r["ratio_samplers_off"] == off["value"]
+    # DGL's sampler pool really ran in the first row and not in the second
+    assert r["distdgl"][0]["sampler_processes"] == 1 and r["distdgl_no_samplers"][0]["sampler_processes"] == 0
+    # the same number of batches per rank and epoch on both sides (up to how each splits targets)
+    its = r["iterations_per_rank"]
+    assert max(abs(a - b) for a in its["ours"] for b in its["distdgl"]) <= 1 and min(its["distdgl"]) > 0
