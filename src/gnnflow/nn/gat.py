@@ -57,10 +57,11 @@ class GATConv(nn.Module):
 
     def scores(self, h_src: torch.Tensor, feat_src: torch.Tensor, num_dst: int) -> tuple[torch.Tensor, torch.Tensor]:
         """``(a_l . W h_j`` per source, ``a_r . W h_i`` per destination), each ``[rows, heads]``."""
-        if self.in_dim <= _FOLD_WIDTH * self.out_dim:
-            w = self.fc.weight.view(self.heads, self.out_dim, self.in_dim)
+        in_dim = h_src.shape[1]  # the weight's, also where a caller substitutes it (P3's split layer)
+        if in_dim <= _FOLD_WIDTH * self.out_dim:
+            w = self.fc.weight.view(self.heads, self.out_dim, in_dim)
             attn = torch.cat([self.attn_l, self.attn_r]).view(2, self.heads, self.out_dim, 1)
-            both = h_src @ (w.unsqueeze(0) * attn).sum(2).view(2 * self.heads, self.in_dim).t()
+            both = h_src @ (w.unsqueeze(0) * attn).sum(2).view(2 * self.heads, in_dim).t()
             return both[:, : self.heads], both[:num_dst, self.heads :]
         return (feat_src * self.attn_l).sum(-1), (feat_src[:num_dst] * self.attn_r).sum(-1)
 

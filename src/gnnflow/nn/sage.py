@@ -31,22 +31,22 @@ class SAGEConv(nn.Module):
         if aggregator not in AGGREGATORS:
             raise ConfigError(f"aggregator: unknown {aggregator!r}; choose one of {', '.join(AGGREGATORS)}")
         self.in_dim, self.out_dim, self.aggregator = in_dim, out_dim, aggregator
-        self.fc_neigh = nn.Linear(in_dim, out_dim, bias=False)
         if aggregator == "mean":
             self.fc_self = nn.Linear(in_dim, out_dim, bias=bias)
-        else:
+        self.fc_neigh = nn.Linear(in_dim, out_dim, bias=False)
+        if aggregator == "gcn":
             self.bias = nn.Parameter(torch.zeros(out_dim)) if bias else None
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
         gain = nn.init.calculate_gain("relu")
-        nn.init.xavier_uniform_(self.fc_neigh.weight, gain=gain)
         if self.aggregator == "mean":
             nn.init.xavier_uniform_(self.fc_self.weight, gain=gain)
             if self.fc_self.bias is not None:
                 nn.init.zeros_(self.fc_self.bias)
         elif self.bias is not None:
             nn.init.zeros_(self.bias)
+        nn.init.xavier_uniform_(self.fc_neigh.weight, gain=gain)
 
     def forward(self, block: Block, h_src: torch.Tensor) -> torch.Tensor:
         project_first = self.in_dim > self.out_dim

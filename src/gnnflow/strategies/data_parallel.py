@@ -125,7 +125,7 @@ def verify(workers: int, model: str = "sage", seed: int = 0, *, tamper: str | No
                                   num_classes=4, seed=seed)
         book = partition_graph(store.path, "random", workers, Path(tmp) / "book", seed=seed)
         cfg = TrainConfig(graph=str(store.path), strategy="data", partition=str(book.path), model=model,
-                          hidden=16, num_layers=len(fanouts), fanouts=fanouts, batch_size=batch_per_rank,
+                          hidden=16, num_layers=len(fanouts), fanouts=fanouts, batch_size=batch_per_rank * workers,
                           dropout=0.0, heads=2, seed=seed, workers=workers,
                           options={"pipeline": False, **kw.get("options", {})})
         parts = PartitionBook.open(book.path)

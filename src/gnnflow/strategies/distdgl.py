@@ -268,8 +268,10 @@ class DistDGLBaseline(Strategy):
         feat_dim = int(self.g.ndata["feat"].shape[1])
         num_classes = self._num_classes()
         sampler = dgl.dataloading.NeighborSampler(list(cfg.fanouts))
+        # DGL's batch_size is per trainer; ours (cfg.batch_size) is the global mini-batch
+        self.trainer_batch = -(-cfg.batch_size // size)
         self.loader = dgl.dataloading.DistNodeDataLoader(
-            self.g, self.split_nids["train"], sampler, batch_size=cfg.batch_size, shuffle=True, drop_last=False)
+            self.g, self.split_nids["train"], sampler, batch_size=self.trainer_batch, shuffle=True, drop_last=False)
         seed_everything(cfg.seed)
         torch.manual_seed(cfg.seed)
         net = dgl_model_from_config(cfg, feat_dim, num_classes)
@@ -284,7 +286,7 @@ class DistDGLBaseline(Strategy):
         return int(PartitionBook.open(self.cfg.partition).meta["num_classes"])
 
     def _check_equal_batches(self) -> None:
-        n = torch.tensor([-(-len(self.split_nids["train"]) // self.cfg.batch_size)])
+        n = torch.tensor([-(-len(self.split_nids["train"]) // self.trainer_batch)])
         allc = [torch.zeros_like(n) for _ in range(dist.get_world_size())]
         dist.all_gather(allc, n)
         if len({int(c) for c in allc}) != 1:  # DDP would hang; node_split(force_even) prevents this
@@ -324,21 +326,18 @@ class DistDGLBaseline(Strategy):
     def evaluate(self) -> dict[str, float]:
         import dgl
 
+        from gnnflow.strategies.metrics import reduce_sums, split_metrics, split_sums
+
         self.model.eval()
         sampler = dgl.dataloading.MultiLayerFullNeighborSampler(self.cfg.num_layers)
-        counts = []
+        sums = split_sums({})
         for split in SPLITS:
             loader = dgl.dataloading.DistNodeDataLoader(self.g, self.split_nids[split], sampler,
                                                         batch_size=4096, shuffle=False, drop_last=False)
-            correct = total = 0
             for input_nodes, seeds, blocks in loader:
-                pred = self.net(blocks, self.g.ndata["feat"][input_nodes]).argmax(1)
-                correct += int((pred == self.g.ndata["label"][seeds]).sum())
-                total += int(seeds.shape[0])
-            counts += [correct, total]
-        t = torch.tensor(counts, dtype=torch.float64)
-        dist.all_reduce(t)
-        return {f"{s}_acc": float(t[2 * i] / max(1.0, float(t[2 * i + 1]))) for i, s in enumerate(SPLITS)}
+                logits = self.net(blocks, self.g.ndata["feat"][input_nodes])
+                sums += split_sums({split: (logits, self.g.ndata["label"][seeds])})
+        return split_metrics(reduce_sums(sums))
 
     def close(self) -> None:
         """Leave DGL's distributed module (rank 0's client shuts the servers down), reap servers."""

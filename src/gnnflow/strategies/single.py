@@ -56,6 +56,10 @@ class SingleProcess(Strategy):
     name: ClassVar[str] = "single"
     distributed: ClassVar[bool] = False
 
+    @classmethod
+    def batch_shares(cls, cfg: TrainConfig) -> dict[str, float] | None:
+        return None if truthy(cfg.options.get("full_batch", False)) else super().batch_shares(cfg)
+
     def __init__(self, cfg: TrainConfig, ctx: RankContext | None = None) -> None:
         super().__init__(cfg, ctx or RankContext())
         self.full_batch = truthy(cfg.options.get("full_batch", False))
