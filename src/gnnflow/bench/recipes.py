@@ -170,6 +170,8 @@ def _pm(s: dict[str, float]) -> str:
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     from gnnflow.data.store import open_store
+    from gnnflow.strategies.base import strategy_class
+    from gnnflow.strategies.preflight import check_run
 
     models = [m.strip() for m in args.model.split(",") if m.strip()]
     strategies = [s.strip() for s in args.strategies.split(",") if s.strip()]
@@ -193,25 +195,32 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             book = str(partition_graph(args.graph, "metis", args.workers, Path(tmp) / "book", seed=0).path)
         for model in models:
             per: dict[str, list[dict[str, float]]] = {"dgl": []}
+            skipped = {}
             for seed in range(args.seeds):
                 per["dgl"].append(run_dgl(model, store, g, seed, args.epochs))
                 for strategy in strategies:
                     cfg = recipe_config(recipes / f"{model}-planetoid.yaml", args.graph, strategy, args.workers,
                                         seed, args.epochs, book)
+                    try:  # e.g. fullbatch trains GCN only
+                        check_run(cfg, strategy_class(strategy))
+                    except ConfigError as exc:
+                        skipped[strategy] = str(exc)
+                        continue
                     per.setdefault(strategy, []).append(run_ours(cfg))
-            entry: dict[str, Any] = {}
+            ran = [s for s in strategies if s in per]
+            entry: dict[str, Any] = {"skipped": skipped}
             for side, runs in per.items():
                 entry[side] = {"runs": runs,
                                "best_test_acc": _stats([r["best_test_acc"] for r in runs]),
                                "final_test_acc": _stats([r["final_test_acc"] for r in runs]),
                                "best_epoch": _stats([float(r["best_epoch"]) for r in runs])}
             dgl_mean = entry["dgl"]["best_test_acc"]["mean"]
-            entry["diff_points"] = {s: 100 * (entry[s]["best_test_acc"]["mean"] - dgl_mean) for s in strategies}
-            if len(strategies) > 1:
-                means = [entry[s]["best_test_acc"]["mean"] for s in strategies]
+            entry["diff_points"] = {s: 100 * (entry[s]["best_test_acc"]["mean"] - dgl_mean) for s in ran}
+            if len(ran) > 1:
+                means = [entry[s]["best_test_acc"]["mean"] for s in ran]
                 entry["strategy_spread_points"] = 100 * (max(means) - min(means))
             results[model] = entry
-            for s in strategies:
+            for s in ran:
                 what = f"{model} on {store.name}, test accuracy at the best-validation epoch, mean of {args.seeds} seeds"
                 ratios.append(ratio(f"{model} {s}: ours / DGL example test accuracy",
                                     operand(entry[s]["best_test_acc"]["mean"], "accuracy",
@@ -223,13 +232,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     for model, entry in results.items():
         dgl = entry["dgl"]
         parts = [f"DGL {_pm(dgl['best_test_acc'])} [{_pm(dgl['final_test_acc'])}]"]
-        for s in strategies:
+        for s in entry["diff_points"]:
             ranks = f" {args.workers} ranks" if s not in ("single",) and args.workers > 1 else ""
             parts.append(f"ours {s}{ranks} {_pm(entry[s]['best_test_acc'])} [{_pm(entry[s]['final_test_acc'])}] "
                          f"({entry['diff_points'][s]:+.2f})")
         spread = (f"; strategies within {entry['strategy_spread_points']:.2f} points"
                   if "strategy_spread_points" in entry else "")
-        lines.append(f"  {model}: " + "; ".join(parts) + spread)
+        skipped = "".join(f"; {s} not run ({why})" for s, why in entry["skipped"].items())
+        lines.append(f"  {model}: " + "; ".join(parts) + spread + skipped)
     result = {"summary": "\n".join(lines), "graph": args.graph, "dataset": store.name, "seeds": args.seeds,
               "strategies": strategies, "workers": args.workers, "models": results, "dgl_examples": DGL_EXAMPLES,
               "torch_threads": torch.get_num_threads()}
