@@ -21,7 +21,7 @@ def test_four_rank_data_parallel_matches_single_process_accuracy(tmp_path):
     book = partition_graph(store.path, "metis", 4, tmp_path / "book", seed=0)
     common = dict(graph=str(store.path), epochs=5, eval_every=5, seed=0)
     single = run_training(TrainConfig(strategy="single", batch_size=512, out=str(tmp_path / "single"), **common))
-    data = run_training(TrainConfig(strategy="data", partition=str(book.path), workers=4, batch_size=128,
+    data = run_training(TrainConfig(strategy="data", partition=str(book.path), workers=4, batch_size=512,
                                     out=str(tmp_path / "data"), **common))
     acc_single = single[-1].test_acc
     acc_data = [r for r in data if r.epoch == 4][0].test_acc

@@ -28,7 +28,7 @@ def test_distdgl_trains_on_the_partition_book_and_cleans_up(tmp_path):
     store = prepare_synthetic(tmp_path / "graph", num_nodes=4096)
     book = partition_graph(store.path, "metis", 2, tmp_path / "book", seed=0)
     records = run_training(TrainConfig(graph=str(store.path), strategy="distdgl", partition=str(book.path),
-                                       workers=2, epochs=4, batch_size=128, out=str(tmp_path / "run")))
+                                       workers=2, epochs=4, batch_size=256, out=str(tmp_path / "run")))
     last = [r for r in records if r.epoch == 3]
     assert len(last) == 2
     assert all(r.counters["iterations"] > 0 and r.counters["sampled_edges"] > 0 for r in last)
@@ -55,7 +55,7 @@ def test_distdgl_sampler_processes_and_shared_memory_die_with_rank0(tmp_path, no
     book = partition_graph(store.path, "metis", 2, tmp_path / "book", seed=0)
     cli = subprocess.Popen([sys.executable, "-m", "gnnflow.cli", "train", "--strategy", "distdgl", "--graph",
                             str(store.path), "--partition", str(book.path), "--workers", "2", "--epochs", "1000",
-                            "--batch-size", "64", "--opt", "num_samplers=1", "--out", str(tmp_path / "run")],
+                            "--batch-size", "128", "--opt", "num_samplers=1", "--out", str(tmp_path / "run")],
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         me = psutil.Process(cli.pid)

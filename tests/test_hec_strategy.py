@@ -65,7 +65,7 @@ def test_default_cache_size_scales_like_products():
 # ---------------------------------------------------------------------------- training
 def _cfg(graph, partition, strategy, workers, epochs, **kw):
     cfg = {"graph": str(graph), "partition": str(partition) if partition else None, "strategy": strategy,
-           "workers": workers, "epochs": epochs, "fanouts": [5, 5], "batch_size": 16, "hidden": 16, "seed": 0}
+           "workers": workers, "epochs": epochs, "fanouts": [5, 5], "batch_size": 16 * workers, "hidden": 16, "seed": 0}
     cfg.update(kw)
     return cfg
 
@@ -140,10 +140,11 @@ def test_accuracy_matches_single_process_at_equal_epochs(default_graph):
     common = {"fanouts": [10, 10], "hidden": 64}
     single = run_ranks(train_rank, 1, _cfg(store.path, None, "single", 1, epochs, batch_size=local_batch * workers,
                                            **common), epochs, True)[0]
-    hec = run_ranks(train_rank, workers, _cfg(store.path, book.path, "hec", workers, epochs, batch_size=local_batch,
+    hec = run_ranks(train_rank, workers, _cfg(store.path, book.path, "hec", workers, epochs,
+                                              batch_size=local_batch * workers,
                                               **common), epochs, True, timeout_s=900)[0]
     no_cache = run_ranks(train_rank, workers, _cfg(store.path, book.path, "hec", workers, epochs,
-                                                   batch_size=local_batch, options={"cs": 0}, **common),
+                                                   batch_size=local_batch * workers, options={"cs": 0}, **common),
                          epochs, True, timeout_s=900)[0]
     acc_single, acc_hec, acc_none = single[-1]["test_acc"], hec[-1]["test_acc"], no_cache[-1]["test_acc"]
     print(f"test acc after {epochs} epochs: single {acc_single:.4f}, hec {acc_hec:.4f}, cs=0 {acc_none:.4f}")

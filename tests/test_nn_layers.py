@@ -34,6 +34,11 @@ def _dgl_block(block: Block):
 def _pair(kind: str, d_in: int, d_out: int):
     if kind == "sage":
         return SAGEConv(d_in, d_out), dglnn.SAGEConv(d_in, d_out, "mean")
+    if kind == "sage-gcn":
+        return SAGEConv(d_in, d_out, aggregator="gcn"), dglnn.SAGEConv(d_in, d_out, "gcn")
+    if kind == "gat-8":  # the standard recipe's hidden layer: 8 heads, dropouts (off in eval mode)
+        return (GATConv(d_in, d_out, heads=8, feat_drop=0.6, attn_drop=0.6).eval(),
+                dglnn.GATConv(d_in, d_out, num_heads=8, feat_drop=0.6, attn_drop=0.6).eval())
     if kind.startswith("gcn"):
         norm = kind.split("-")[1]
         return GCNConv(d_in, d_out, norm=norm), dglnn.GraphConv(d_in, d_out, norm=norm)
@@ -66,15 +71,15 @@ def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
 
 
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("kind", ["sage", "gcn-both", "gcn-right", "gat"])
-@pytest.mark.parametrize("dims", [(16, 8), (8, 16)])  # projection before / after aggregation
+@pytest.mark.parametrize("kind", ["sage", "sage-gcn", "gcn-both", "gcn-right", "gat", "gat-8"])
+@pytest.mark.parametrize("dims", [(16, 8), (8, 16), (200, 4)])  # projection before / after aggregation
 def test_layer_equals_dgl(kind, dims, device):
     block = _sampled_block()
     ours, theirs = _pair(kind, *dims)
     _compare(ours, theirs, block, dims[0], device)
 
 
-@pytest.mark.parametrize("kind", ["sage", "gcn-both", "gcn-right", "gat"])
+@pytest.mark.parametrize("kind", ["sage", "sage-gcn", "gcn-both", "gcn-right", "gat", "gat-8"])
 def test_layer_equals_dgl_on_full_graph(kind):
     a = random_store_arrays(num_nodes=300, avg_degree=8, seed=7)
     block = Block.full_graph(a["indptr"], a["indices"])
@@ -104,6 +109,25 @@ def test_edge_softmax_sums_to_one_per_destination():
     assert torch.allclose(sums[has_edges], torch.ones_like(sums[has_edges]), atol=1e-6)
 
 
+def test_edge_softmax_gradient():
+    block = _sampled_block(fanout=4)
+    logits = torch.randn(block.num_edges, 3, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda z: edge_softmax(block, z), (logits,))
+
+
+def test_gat_dropouts_act_in_training_only():
+    block = _sampled_block()
+    x = torch.randn(block.num_src, 8)
+    for name in ("feat_drop", "attn_drop"):
+        layer = GATConv(8, 4, heads=2, **{name: 0.5})
+        layer.eval()
+        ref = layer(block, x)
+        assert torch.equal(ref, layer(block, x))
+        layer.train()
+        torch.manual_seed(0)
+        assert not torch.allclose(layer(block, x), ref), name
+
+
 def test_weighted_spmm_gradients_match_autograd_reference():
     block = _sampled_block(fanout=4)
     x = torch.randn(block.num_src, 2, 3, dtype=torch.float64, requires_grad=True)
@@ -125,3 +149,58 @@ def test_model_forward_and_layer_step(model):
     assert torch.equal(h, out)
     out.sum().backward()
     assert all(p.grad is not None for p in net.parameters())
+
+
+RECIPE_SETTINGS = {  # the standard recipes' model settings (config/recipes/), dropouts off in eval mode
+    "gcn": {},
+    "sage": {"aggregator": "gcn", "input_dropout": 0.5},
+    "gat": {"heads": 8, "out_heads": 1, "feat_drop": 0.6, "attn_drop": 0.6},
+}
+
+
+@pytest.mark.parametrize("model", sorted(RECIPE_SETTINGS))
+def test_model_equals_dgl_peer_model(model):
+    """build_model and nn.peer.DGLModel are the same model: with copied weights, the same logits
+    (eval mode) on the whole graph, GAT with 8 hidden heads concatenated and 1 output head."""
+    from gnnflow.nn.peer import DGLModel
+
+    a = random_store_arrays(num_nodes=300, avg_degree=8, seed=3)
+    block = Block.full_graph(a["indptr"], a["indices"])
+    settings = dict(RECIPE_SETTINGS[model])
+    heads = settings.pop("heads", 1)
+    torch.manual_seed(0)
+    theirs = DGLModel(model, 12, 8, 5, 2, 0.5, heads, **settings).eval()
+    ours = build_model(model, 12, 8, 5, 2, 0.5, heads, **settings).eval()
+    ours.load_state_dict(theirs.state_dict())
+    if model == "gat":
+        assert ours.layers[0].heads == 8 and ours.layers[1].heads == 1 and ours.layers[1].in_dim == 64
+        assert ours.activation == "elu"
+    x = torch.randn(300, 12)
+    g = _dgl_block(block)
+    assert (ours([block, block], x) - theirs([g, g], x)).abs().max().item() <= TOL
+
+
+def test_input_dropout_drops_the_first_layers_input_only():
+    a = random_store_arrays(num_nodes=300, avg_degree=8, seed=1)
+    block = Block.full_graph(a["indptr"], a["indices"])
+    net = build_model("sage", 8, 16, 4, 2, input_dropout=0.9)
+    x = torch.randn(300, 8)
+    net.eval()
+    ref = net([block, block], x)
+    net.train()
+    assert not torch.allclose(net([block, block], x), ref)
+    net.input_dropout.p = 0.0
+    assert torch.allclose(net([block, block], x), ref)  # nothing else drops (dropout 0)
+
+
+def test_model_settings_are_checked():
+    from gnnflow.config import ACTIVATIONS as NAMES
+    from gnnflow.config import TrainConfig
+    from gnnflow.errors import ConfigError
+    from gnnflow.nn.model import ACTIVATIONS
+
+    assert tuple(ACTIVATIONS) == NAMES
+    for bad in ({"activation": "tanh"}, {"aggregator": "max"}, {"feat_drop": 1.0}, {"attn_drop": -0.1},
+                {"input_dropout": 1.5}, {"out_heads": 0}):
+        with pytest.raises(ConfigError, match=next(iter(bad))):
+            TrainConfig(graph="g", **bad)

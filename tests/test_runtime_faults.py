@@ -46,7 +46,7 @@ def _start(graph_book, out: Path, strategy: str, *extra: str, env: dict[str, str
     graph, book = graph_book
     cmd = [sys.executable, "-m", "gnnflow.cli", "train", "--strategy", strategy.split("-")[0],
            "--graph", graph, "--partition", book, "--workers", str(workers), "--epochs", "500",
-           "--batch-size", "64", "--eval-every", "1000", "--out", str(out), *extra]
+           "--batch-size", str(64 * workers), "--eval-every", "1000", "--out", str(out), *extra]
     full_env = dict(os.environ)
     for key, value in (env or {}).items():
         if value is None:

@@ -32,7 +32,7 @@ def test_killed_rank_fails_the_run_within_60s_and_leaves_nothing(default_graph_b
     out = tmp_path / "run"
     env = dict(os.environ, GNNFLOW_DIST_TIMEOUT="30")
     cmd = [sys.executable, "-m", "gnnflow.cli", "train", "--strategy", "data", "--graph", str(graph),
-           "--partition", str(book), "--workers", "4", "--epochs", "200", "--batch-size", "64",
+           "--partition", str(book), "--workers", "4", "--epochs", "200", "--batch-size", "256",
            "--eval-every", "1000", "--samplers", "process", "--out", str(out)]
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     parent = psutil.Process(proc.pid)

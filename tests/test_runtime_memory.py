@@ -72,7 +72,7 @@ def test_rank_peak_rss_is_well_under_graph_size(tmp_path):
     book = partition_graph(store.path, "random", 4, tmp_path / "book", seed=0)
     size = graph_bytes(store.path)
     cfg = dict(graph=str(store.path), strategy="data", partition=str(book.path), hidden=64,
-               fanouts=[10, 10], batch_size=256, workers=4, options={"pipeline": False})
+               fanouts=[10, 10], batch_size=1024, workers=4, options={"pipeline": False})
     res = run_ranks(_memory_rank, 4, cfg, 8, timeout_s=600)
     peak = max(r["peak"] for r in res)
     ratio = peak / size

@@ -113,7 +113,7 @@ def test_two_ranks_train_identically_with_process_and_thread_samplers(graph_book
     rows, models = {}, {}
     for mode in ("thread", "process"):
         cfg = TrainConfig(graph=graph_book[0], partition=graph_book[1], strategy="data", workers=2, model="gcn",
-                          fanouts=[5, 5], batch_size=128, epochs=2, seed=1, out=str(tmp_path / mode),
+                          fanouts=[5, 5], batch_size=256, epochs=2, seed=1, out=str(tmp_path / mode),
                           options={"samplers": mode, "cache_rows": 200})
         run_training(cfg)
         lines = (tmp_path / mode / "records.jsonl").read_text().splitlines()

@@ -27,7 +27,7 @@ def _run(graph: Path, book: Path, strategy: str, workers: int, epochs: int = 1, 
     from gnnflow.bench.split import train_rank
 
     cfg = TrainConfig(graph=str(graph), strategy=strategy, partition=str(book), hidden=16, num_layers=2,
-                      fanouts=[5, 5], batch_size=64, epochs=epochs, workers=workers, dropout=0.0,
+                      fanouts=[5, 5], batch_size=64 * workers, epochs=epochs, workers=workers, dropout=0.0,
                       options={"pipeline": False, **options})
     return run_ranks(train_rank, workers, cfg.to_dict(), evaluate, timeout_s=120)
 
@@ -73,7 +73,7 @@ def test_p3_trains_exactly_like_data_parallel(graph_and_books):
 
     graph, books = graph_and_books
     cfgs = {s: TrainConfig(graph=str(graph), strategy=s, partition=str(books[2]), hidden=16, num_layers=2,
-                           fanouts=[5, 5], batch_size=64, epochs=2, workers=2, dropout=0.0,
+                           fanouts=[5, 5], batch_size=128, epochs=2, workers=2, dropout=0.0,
                            options={"pipeline": False}).to_dict() for s in ("data", "p3")}
     out = run_ranks(compare_rank, 2, cfgs, 2, True, timeout_s=120)
     for rank in out:

@@ -26,7 +26,7 @@ def _rows(run_dir):
 @pytest.mark.slow
 def test_two_rank_resume_equals_uninterrupted(graph_book, tmp_path):
     graph, book = graph_book
-    base = dict(graph=graph, partition=book, strategy="data", workers=2, fanouts=[4, 4], batch_size=128,
+    base = dict(graph=graph, partition=book, strategy="data", workers=2, fanouts=[4, 4], batch_size=256,
                 epochs=3, dropout=0.3, seed=1)
     whole, parted = tmp_path / "whole", tmp_path / "parted"
     records = run_training(TrainConfig(**base, out=str(whole)))

@@ -56,7 +56,7 @@ def config(graph: str, book: str, strategy: str, out: Path, epochs: int = 2, **k
     full = strategy in ("fullbatch", "dgcl")
     return TrainConfig(graph=graph, partition=book if workers > 1 else None, strategy=strategy,
                        model="gcn" if full else "sage", workers=workers, epochs=epochs, hidden=16,
-                       fanouts=[-1, -1] if full else [4, 3], batch_size=16, dropout=0.3, seed=2, out=str(out),
+                       fanouts=[-1, -1] if full else [4, 3], batch_size=16 * workers, dropout=0.3, seed=2, out=str(out),
                        options={**options, **kw.pop("options", {})}, **kw)
 
 
@@ -141,7 +141,7 @@ def test_hec_sigkill_mid_epoch_then_resume_equals_uninterrupted(graph_book, tmp_
     epochs = 8
     cfg = config(graph, book, "hec", tmp_path / "unused", epochs=epochs)
     args = ["train", "--strategy", "hec", "--graph", graph, "--partition", book, "--workers", "2",
-            "--model", "sage", "--hidden", "16", "--fanouts", "4,3", "--batch-size", "8",
+            "--model", "sage", "--hidden", "16", "--fanouts", "4,3", "--batch-size", "16",
             "--dropout", "0.3", "--seed", str(cfg.seed), "--epochs", str(epochs)]
     args += [a for k, v in STRATEGIES["hec"][1].items() for a in ("--opt", f"{k}={str(v).lower()}")]
     env = dict(os.environ, OMP_NUM_THREADS="1")

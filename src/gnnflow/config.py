@@ -10,6 +10,8 @@ from typing import Any
 from gnnflow.errors import ConfigError
 
 MODELS = ("sage", "gcn", "gat", "mlp")  # mlp: the no-graph baseline (nn.DstLinear)
+ACTIVATIONS = ("relu", "elu")  # hidden activations (gnnflow.nn.model)
+AGGREGATORS = ("mean", "gcn")  # GraphSAGE aggregators (gnnflow.nn.sage)
 #: models whose standard recipe adds self-loops (Kipf & Welling's A + I; GAT attends to itself)
 SELF_LOOP_MODELS = ("gcn", "gat")
 GCN_DEGREES = ("graph", "block")
@@ -28,7 +30,7 @@ def env_seconds(name: str, default: float) -> float:
         value = -1.0
     if not value > 0:
         raise ConfigError(f"{name}={text!r}: expected a positive number of seconds")
-    return value  # mlp: the no-graph baseline (nn.DstLinear)
+    return value
 
 
 @dataclass
@@ -47,6 +49,14 @@ class TrainConfig:
     weight_decay: float = 0.0
     dropout: float = 0.2
     heads: int = 2
+    # the model's standard recipe settings (docs/core.md "Layers and models"); every strategy
+    # builds its model from these through gnnflow.nn.build_model_from_config
+    out_heads: int = 1
+    input_dropout: float = 0.0
+    feat_drop: float = 0.0
+    attn_drop: float = 0.0
+    activation: str | None = None
+    aggregator: str = "mean"
     epochs: int = 5
     seed: int = 0
     workers: int = 1
@@ -112,11 +122,17 @@ class TrainConfig:
             )
         if any(f == 0 or f < -1 for f in self.fanouts):
             raise ConfigError(f"fanouts: each must be a positive count or -1 (full), got {self.fanouts}")
-        for name in ("hidden", "batch_size", "epochs", "heads"):
+        for name in ("hidden", "batch_size", "epochs", "heads", "out_heads"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name}: must be >= 1, got {getattr(self, name)}")
-        if not 0.0 <= self.dropout < 1.0:
-            raise ConfigError(f"dropout: must be in [0, 1), got {self.dropout}")
+        for name in ("dropout", "input_dropout", "feat_drop", "attn_drop"):
+            if not 0.0 <= getattr(self, name) < 1.0:
+                raise ConfigError(f"{name}: must be in [0, 1), got {getattr(self, name)}")
+        if self.activation is not None and self.activation not in ACTIVATIONS:
+            raise ConfigError(f"activation: unknown {self.activation!r}; choose one of {', '.join(ACTIVATIONS)} "
+                              "(or leave it unset for the model's standard one)")
+        if self.aggregator not in AGGREGATORS:
+            raise ConfigError(f"aggregator: unknown {self.aggregator!r}; choose one of {', '.join(AGGREGATORS)}")
         if self.gcn_degrees not in GCN_DEGREES:
             raise ConfigError(f"gcn_degrees: one of {', '.join(GCN_DEGREES)}, got {self.gcn_degrees!r}")
         if "degrees" in self.options:

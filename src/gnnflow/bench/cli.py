@@ -30,6 +30,8 @@ BENCHES: dict[str, tuple[str, str]] = {
     "split": ("gnnflow.bench.split", "split-parallel vs data-parallel, p3, DistDGL: time, edges, features, bytes"),
     "fullbatch": ("gnnflow.bench.fullbatch", "our full-batch GCN vs DGL GraphConv and PyG GCNConv; overlap and permutation effects"),
     "hec": ("gnnflow.bench.hec", "HEC vs data-parallel remote fetching (and DistDGL): remote bytes and time"),
+    "recipes": ("gnnflow.bench.recipes", "standard GCN/SAGE/GAT recipes vs DGL 1.1.3's examples: test accuracy at "
+                "the best-validation epoch over seeds"),
     "allgather": ("gnnflow.bench.allgather", "graph_allgather planners: modeled vs measured time; per-vertex vs grouped SPST planning"),
     "all": ("gnnflow.bench.suite", "run the suite (config/bench.yaml) and write one table with the machine "
             "(docs/benchmarks.md)"),

@@ -45,7 +45,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", default="sage")
     parser.add_argument("--hidden", type=int, default=64)
     parser.add_argument("--fanouts", default="10,10")
-    parser.add_argument("--batch-size", type=int, default=512)
+    parser.add_argument("--batch-size", type=int, default=512,
+                        help="targets per rank and iteration (default 512; the global mini-batch is P times it)")
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--threads", type=int, default=1)
@@ -117,7 +118,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         book = args.partition or str(partition_graph(graph, "metis", args.workers, Path(tmp) / "book",
                                                      seed=args.seed).path)
         base = dict(graph=graph, partition=book, model=args.model, hidden=args.hidden, num_layers=len(fanouts),
-                    fanouts=fanouts, batch_size=args.batch_size, epochs=args.epochs, seed=args.seed,
+                    # --batch-size is per rank here; gnnflow train's batch_size is the global mini-batch
+                    fanouts=fanouts, batch_size=args.batch_size * args.workers, epochs=args.epochs, seed=args.seed,
                     workers=args.workers)
         names = list(systems)
         for r in range(args.repeats):

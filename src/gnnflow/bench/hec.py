@@ -153,7 +153,8 @@ def run_strategy(strategy: str, graph: str, partition: str, workers: int, epochs
     fanouts = [int(f) for f in str(args.fanouts).split(",")]
     cfg = {"graph": graph, "partition": partition, "strategy": strategy, "model": args.model,
            "hidden": args.hidden, "num_layers": len(fanouts), "fanouts": fanouts,
-           "batch_size": args.batch_size, "epochs": epochs, "seed": args.seed, "workers": workers,
+           # --batch-size is per rank here; TrainConfig's batch_size is the global mini-batch
+           "batch_size": args.batch_size * workers, "epochs": epochs, "seed": args.seed, "workers": workers,
            "options": options}
     per_rank = run_ranks(train_rank, workers, cfg, epochs, timeout_s=args.timeout)
     rows = []

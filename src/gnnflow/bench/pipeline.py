@@ -70,7 +70,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def _cfg(args: Any, graph: str, hidden: int) -> dict[str, Any]:
     fanouts = [int(f) for f in str(args.fanouts).split(",")]
     return dict(graph=graph, strategy="data", partition=args.partition, model=args.model, hidden=hidden,
-                num_layers=len(fanouts), fanouts=fanouts, batch_size=args.batch_size, epochs=10_000,
+                # --batch-size is per rank here; TrainConfig's batch_size is the global mini-batch
+                num_layers=len(fanouts), fanouts=fanouts, batch_size=args.batch_size * args.workers, epochs=10_000,
                 seed=args.seed, workers=args.workers, dropout=0.0, options={"samplers": args.samplers})
 
 

@@ -152,7 +152,9 @@ def make_cfg(strategy: str, graph: Path, partition: Path, args: argparse.Namespa
 
     fanouts = [int(f) for f in str(args.fanouts).split(",")]
     cfg = TrainConfig(graph=str(graph), strategy=strategy, partition=str(partition), model=args.model,
-                      hidden=args.hidden, num_layers=len(fanouts), fanouts=fanouts, batch_size=args.batch_size,
+                      # --batch-size is per rank here; TrainConfig's is the global mini-batch
+                      hidden=args.hidden, num_layers=len(fanouts), fanouts=fanouts,
+                      batch_size=args.batch_size * args.workers,
                       epochs=epochs, seed=args.seed, workers=args.workers,
                       options={"pipeline": bool(args.pipeline), **options})
     return cfg.to_dict()

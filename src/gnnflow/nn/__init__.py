@@ -7,7 +7,7 @@ strategy reuses it unchanged (GSplit §5).
 
 from gnnflow.nn.gat import GATConv
 from gnnflow.nn.gcn import GCNConv
-from gnnflow.nn.model import GNN, MODEL_NAMES, DstLinear, build_model
+from gnnflow.nn.model import GNN, MODEL_NAMES, DstLinear, build_model, build_model_from_config
 from gnnflow.nn.ops import edge_softmax, spmm_mean, spmm_sum
 from gnnflow.nn.sage import SAGEConv
 
@@ -19,6 +19,7 @@ __all__ = [
     "DstLinear",
     "SAGEConv",
     "build_model",
+    "build_model_from_config",
     "edge_softmax",
     "spmm_mean",
     "spmm_sum",

@@ -1,19 +1,25 @@
 """Models: a stack of block layers with activation and dropout between them.
 
-``GNN.layer_step(i, block, h_src)`` is one layer of the stack (conv ``i``,
-then ReLU and dropout unless it is the last), so distributed strategies can
-run the layers one by one and communicate between them (GSplit §5 Algorithm 2:
-shuffle, then ``gnn_layer``).  ``GNN.forward(blocks, x)`` is the plain loop.
+``GNN.layer_step(i, block, h_src)`` is one layer of the stack (input dropout
+before conv 0, conv ``i``, then activation and dropout unless it is the last),
+so distributed strategies can run the layers one by one and communicate
+between them (GSplit §5 Algorithm 2: shuffle, then ``gnn_layer``).
+``GNN.forward(blocks, x)`` is the plain loop.
+
+Every strategy builds its model with :func:`build_model_from_config` (the
+model settings of a :class:`~gnnflow.config.TrainConfig`, passed unchanged),
+which calls :func:`build_model`, the one constructor.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from gnnflow.config import AGGREGATORS, TrainConfig
 from gnnflow.errors import ConfigError
 from gnnflow.nn.gat import GATConv
 from gnnflow.nn.gcn import GCNConv
@@ -22,6 +28,13 @@ from gnnflow.sampling.block import Block
 
 #: model names build_model accepts; "gcn" is symmetric, "gcn-right" row-normalised (MG-GCN).
 MODEL_NAMES = ("sage", "gcn", "gcn-right", "gat", "mlp")
+#: hidden activations by name (the names gnnflow.config.ACTIVATIONS lists)
+ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {"relu": F.relu, "elu": F.elu}
+
+
+def default_activation(model: str) -> str:
+    """The standard hidden activation of ``model``: ELU for GAT (Veličković et al.), else ReLU."""
+    return "elu" if model == "gat" else "relu"
 
 
 class DstLinear(nn.Module):
@@ -36,13 +49,23 @@ class DstLinear(nn.Module):
 
 
 class GNN(nn.Module):
-    """``num_layers`` block layers; ``forward(blocks, x)`` with ``blocks`` ordered input -> output."""
+    """``num_layers`` block layers; ``forward(blocks, x)`` with ``blocks`` ordered input -> output.
 
-    def __init__(self, layers: Sequence[nn.Module], dropout: float = 0.0, head_reduce: bool = False) -> None:
+    ``input_dropout`` drops input features before the first layer, ``dropout``
+    the hidden representations after each hidden layer's activation.
+    ``head_reduce`` (GAT): hidden layers concatenate their heads, the last
+    layer averages them.
+    """
+
+    def __init__(self, layers: Sequence[nn.Module], dropout: float = 0.0, head_reduce: bool = False,
+                 activation: str = "relu", input_dropout: float = 0.0) -> None:
         super().__init__()
+        if activation not in ACTIVATIONS:
+            raise ConfigError(f"activation: unknown {activation!r}; choose one of {', '.join(ACTIVATIONS)}")
         self.layers = nn.ModuleList(layers)
         self.dropout = nn.Dropout(dropout)
-        # GAT: hidden layers concatenate heads, the last averages them
+        self.input_dropout = nn.Dropout(input_dropout)
+        self.activation = activation
         self.head_reduce = head_reduce
 
     @property
@@ -50,13 +73,15 @@ class GNN(nn.Module):
         return len(self.layers)
 
     def layer_step(self, i: int, block: Block, h_src: torch.Tensor) -> torch.Tensor:
-        """Layer ``i`` on ``block``: conv, then (unless last) ReLU and dropout."""
+        """Layer ``i`` on ``block``: (input dropout if first) conv, then (unless last) activation and dropout."""
+        if i == 0:
+            h_src = self.input_dropout(h_src)
         h = self.layers[i](block, h_src)
         last = i == len(self.layers) - 1
         if self.head_reduce:
             h = h.mean(1) if last else h.flatten(1)
         if not last:
-            h = self.dropout(F.relu(h))
+            h = self.dropout(ACTIVATIONS[self.activation](h))
         return h
 
     def forward(self, blocks: Sequence[Block], x: torch.Tensor) -> torch.Tensor:
@@ -69,22 +94,43 @@ class GNN(nn.Module):
 
 
 def build_model(model: str, in_dim: int, hidden: int, out_dim: int, num_layers: int,
-                dropout: float = 0.0, heads: int = 1) -> GNN:
-    """The named model (see :data:`MODEL_NAMES`) with ``num_layers`` layers."""
+                dropout: float = 0.0, heads: int = 1, *, out_heads: int = 1, input_dropout: float = 0.0,
+                feat_drop: float = 0.0, attn_drop: float = 0.0, activation: str | None = None,
+                aggregator: str = "mean") -> GNN:
+    """The named model (see :data:`MODEL_NAMES`) with ``num_layers`` layers.
+
+    GAT: ``heads`` heads of ``hidden`` features in every hidden layer
+    (concatenated: the next layer reads ``heads * hidden``), ``out_heads`` heads
+    in the output layer (averaged), ``feat_drop``/``attn_drop`` in every layer.
+    SAGE: ``aggregator`` ``mean`` or ``gcn``.  ``activation`` None: the
+    model's standard one (:func:`default_activation`).
+    """
     if model not in MODEL_NAMES:
         raise ConfigError(f"model: unknown model {model!r}; choose one of {', '.join(MODEL_NAMES)}")
     if num_layers < 1:
         raise ConfigError(f"num_layers: must be >= 1, got {num_layers}")
+    if aggregator not in AGGREGATORS:
+        raise ConfigError(f"aggregator: unknown {aggregator!r}; choose one of {', '.join(AGGREGATORS)}")
     dims = [in_dim] + [hidden] * (num_layers - 1) + [out_dim]
     layers: list[nn.Module] = []
     for i in range(num_layers):
         d_in, d_out = dims[i], dims[i + 1]
         if model == "sage":
-            layers.append(SAGEConv(d_in, d_out))
+            layers.append(SAGEConv(d_in, d_out, aggregator=aggregator))
         elif model in ("gcn", "gcn-right"):
             layers.append(GCNConv(d_in, d_out, norm="both" if model == "gcn" else "right"))
         elif model == "gat":
-            layers.append(GATConv(d_in * (heads if i else 1), d_out, heads))
+            layers.append(GATConv(d_in * (heads if i else 1), d_out, out_heads if i == num_layers - 1 else heads,
+                                  feat_drop=feat_drop, attn_drop=attn_drop))
         else:
             layers.append(DstLinear(d_in, d_out))
-    return GNN(layers, dropout=dropout, head_reduce=model == "gat")
+    return GNN(layers, dropout=dropout, head_reduce=model == "gat",
+               activation=activation or default_activation(model), input_dropout=input_dropout)
+
+
+def build_model_from_config(cfg: TrainConfig, in_dim: int, out_dim: int, model: str | None = None) -> GNN:
+    """:func:`build_model` with every model setting of ``cfg`` (``model`` overrides ``cfg.model``'s
+    name, e.g. ``gcn-right`` for a row-normalised GCN)."""
+    return build_model(model or cfg.model, in_dim, cfg.hidden, out_dim, cfg.num_layers, cfg.dropout, cfg.heads,
+                       out_heads=cfg.out_heads, input_dropout=cfg.input_dropout, feat_drop=cfg.feat_drop,
+                       attn_drop=cfg.attn_drop, activation=cfg.activation, aggregator=cfg.aggregator)

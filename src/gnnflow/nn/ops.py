@@ -1,15 +1,23 @@
-"""Sparse aggregation on a block in plain torch: CSR SpMM and edge softmax.
+"""Sparse aggregation on a block in plain torch: CSR SpMM, SDDMM and edge softmax.
 
 Every layer reduces messages from sources to destinations along the block's
 CSR (GSplit §5: layers are "layer-centric", all in-edges of a destination are
 local).  The sum ``out[i] = sum_e w_e * x[src_e]`` is computed with
 ``torch.nn.functional.embedding_bag`` (mode ``sum``, one bag per destination,
 optional per-edge weights), which is a fused gather-reduce on CPU and CUDA and
-never materialises the ``[E, D]`` message tensor.  Its own backward scatters
-through a sort; ours instead runs the same kernel on the transposed CSR
-(edges grouped by source, cached on the block), which is what DGL does with its
-reverse graph.  The gradient of the edge weights is a sampled dot product
-(SDDMM), computed in edge chunks to bound memory.
+never materialises the ``[E, D]`` message tensor.  Several heads (GAT) run as
+one call: ``x`` ``[num_src, H, D]`` is seen as ``num_src * H`` rows of ``D``
+and bag ``h * num_dst + i`` holds rows ``src * H + h`` of destination ``i``'s
+edges, a head-major layout that is a broadcast of the CSR (cached on the
+block per head count), with the edge weights transposed to ``[H, E]``.
+``embedding_bag``'s own backward scatters through a sort; ours instead runs
+the same kernel on the transposed CSR (edges grouped by source, cached on the
+block), which is what DGL does with its reverse graph.  The gradient of the
+edge weights is a sampled dot product (SDDMM) ``<grad_out[dst_e, h],
+x[src_e, h]>``, computed by the fused kernel of ``embedding_bag``'s
+per-sample-weight gradient over the same layout (one pass, no ``[E, H, D]``
+temporaries), as DGL's ``gsddmm`` does.  ``edge_softmax`` is an autograd
+function (segment max and sum; backward ``a * (g - sum_row(a * g))``).
 """
 
 from __future__ import annotations
@@ -20,9 +28,6 @@ import torch
 import torch.nn.functional as F
 
 from gnnflow.sampling.block import Block
-
-# edges per chunk of the SDDMM in the weight gradient (bounds the [chunk, D] temporaries)
-_SDDMM_CHUNK = 1 << 17
 
 
 def _transposed(block: Block) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -43,38 +48,60 @@ def _transposed(block: Block) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]
     return cache
 
 
-def _bag_sum(indices: torch.Tensor, x: torch.Tensor, indptr: torch.Tensor,
-             weight: torch.Tensor | None = None) -> torch.Tensor:
-    """``out[i] = sum_{e in row i} weight[e] * x[indices[e]]`` for a 2-D ``x``."""
+def _head_layout(block: Block, heads: int, transposed: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(indices, offsets)`` of the bags ``(h, r)`` of ``heads`` heads over the block's CSR
+    (``transposed``: over its transposed CSR), head-major; cached on the block.
+
+    Bag ``h * rows + r`` holds, in CSR order, the rows ``col * H + h`` of the
+    flattened ``[cols * H, D]`` input (a ``[cols, H, D]`` tensor as it is), so
+    the output is ``[H, rows, D]`` and the weights of the bags are ``w[E, H]``
+    transposed: every piece is a broadcast, nothing is permuted per entry.
+    """
+    key = ("heads", heads, transposed)
+    layout = block.cache.get(key)
+    if layout is None:
+        if transposed:
+            indptr, cols, _ = _transposed(block)
+        else:
+            indptr, cols = block.indptr, block.indices
+        nnz = cols.shape[0]
+        shift = torch.arange(heads, device=indptr.device).unsqueeze(1)
+        indices = (cols.unsqueeze(0) * heads + shift).reshape(-1) if heads > 1 else cols
+        offsets = (indptr[:-1].unsqueeze(0) + shift * nnz).reshape(-1)
+        offsets = torch.cat([offsets, offsets.new_full((1,), heads * nnz)])
+        layout = (indices, offsets)
+        block.cache[key] = layout
+    assert isinstance(layout, tuple)
+    return layout
+
+
+def _bag(block: Block, x: torch.Tensor, weight_he: torch.Tensor | None, transposed: bool) -> torch.Tensor:
+    """``out[r, h] = sum_k w[k, h] x[col_k, h]`` over the block's CSR (``transposed``: its
+    transposed CSR) for ``x`` ``[cols, H, D]`` and weights ``[H, nnz]`` in that CSR's order;
+    ``[rows, H, D]`` (a head-major tensor seen row-major when ``H > 1``)."""
+    heads, dim = x.shape[1], x.shape[2]
+    rows = block.num_src if transposed else block.num_dst
+    indices, offsets = _head_layout(block, heads, transposed)
     if x.shape[0] == 0 or indices.shape[0] == 0:
-        return x.new_zeros(indptr.shape[0] - 1, x.shape[1])
-    return F.embedding_bag(indices, x, indptr, mode="sum", per_sample_weights=weight,
-                           include_last_offset=True)
+        return x.new_zeros(rows, heads, dim)
+    w = None if weight_he is None else weight_he.reshape(-1)
+    out = F.embedding_bag(indices, x.reshape(-1, dim), offsets, mode="sum", per_sample_weights=w,
+                          include_last_offset=True)
+    return out.view(heads, rows, dim).transpose(0, 1)
 
 
 def _sddmm(block: Block, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """``out[e, h] = <a[dst_e, h], b[src_e, h]>`` (``a``: [num_dst, H, D], ``b``: [num_src, H, D])."""
-    dst, src = block.edge_dst(), block.indices
     heads, dim = a.shape[1], a.shape[2]
-    a2, b2 = a.reshape(a.shape[0], heads * dim), b.reshape(b.shape[0], heads * dim)
-    out = a.new_empty(block.num_edges, heads)
-    for start in range(0, block.num_edges, _SDDMM_CHUNK):
-        end = min(start + _SDDMM_CHUNK, block.num_edges)
-        prod = torch.index_select(a2, 0, dst[start:end])
-        prod.mul_(torch.index_select(b2, 0, src[start:end]))
-        torch.sum(prod.view(end - start, heads, dim), dim=-1, out=out[start:end])
-    return out
-
-
-def _per_head(indices: torch.Tensor, x: torch.Tensor, indptr: torch.Tensor,
-              weight: torch.Tensor | None) -> torch.Tensor:
-    """:func:`_bag_sum` for each head of ``x`` ([N, H, D]) with weights ``[E, H]``."""
-    if x.shape[1] == 1:
-        return _bag_sum(indices, x[:, 0], indptr, None if weight is None else weight[:, 0]).unsqueeze(1)
-    return torch.stack([
-        _bag_sum(indices, x[:, h].contiguous(), indptr, None if weight is None else weight[:, h].contiguous())
-        for h in range(x.shape[1])
-    ], dim=1)
+    if block.num_edges == 0:
+        return a.new_zeros(0, heads)
+    indices, offsets = _head_layout(block, heads, transposed=False)
+    dst = block.edge_dst()
+    bag_of = (dst.unsqueeze(0) + torch.arange(heads, device=dst.device).unsqueeze(1) * block.num_dst).reshape(-1)
+    # the fused kernel of embedding_bag's per-sample-weight gradient: one dot product per entry
+    flat = torch.ops.aten._embedding_bag_per_sample_weights_backward(
+        a.transpose(0, 1).reshape(-1, dim), b.reshape(-1, dim), indices, offsets[:-1], bag_of, 0, -1)
+    return flat.view(heads, block.num_edges).t()
 
 
 class _CSRSum(torch.autograd.Function):
@@ -84,21 +111,21 @@ class _CSRSum(torch.autograd.Function):
     def forward(ctx: Any, x: torch.Tensor, weight: torch.Tensor | None, block: Block) -> torch.Tensor:
         # x: [num_src, H, D]; weight: [E, H] or None
         ctx.block = block
-        ctx.save_for_backward(x, weight)
-        return _per_head(block.indices, x, block.indptr, weight)
+        w_he = None if weight is None else weight.t().contiguous()
+        ctx.save_for_backward(x, w_he)
+        return _bag(block, x, w_he, transposed=False).contiguous()
 
     @staticmethod
     def backward(ctx: Any, grad_out: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor | None, None]:
-        x, weight = ctx.saved_tensors
+        x, w_he = ctx.saved_tensors
         block: Block = ctx.block
         grad_out = grad_out.contiguous()
         grad_x = grad_w = None
         if ctx.needs_input_grad[0]:
-            t_indptr, t_indices, perm = _transposed(block)
-            t_weight = None if weight is None else torch.index_select(weight, 0, perm)
-            grad_x = _per_head(t_indices, grad_out, t_indptr, t_weight)
-        if weight is not None and ctx.needs_input_grad[1]:
-            grad_w = _sddmm(block, grad_out, x)
+            t_weight = None if w_he is None else torch.index_select(w_he, 1, _transposed(block)[2])
+            grad_x = _bag(block, grad_out, t_weight, transposed=True)
+        if w_he is not None and ctx.needs_input_grad[1]:
+            grad_w = _sddmm(block, grad_out, x.contiguous())
         return grad_x, grad_w, None
 
 
@@ -116,7 +143,7 @@ def spmm_sum(block: Block, x: torch.Tensor, edge_weight: torch.Tensor | None = N
     w = edge_weight
     if w is not None and w.dim() == 1:
         w = w.unsqueeze(1)
-    out = _CSRSum.apply(x3, w, block)
+    out = _CSRSum.apply(x3.contiguous(), None if w is None else w.contiguous(), block)
     return out.squeeze(1) if flat else out
 
 
@@ -126,13 +153,36 @@ def spmm_mean(block: Block, x: torch.Tensor) -> torch.Tensor:
     return spmm_sum(block, x) / deg.view(-1, *([1] * (x.dim() - 1)))
 
 
+def _segment(block: Block, values: torch.Tensor, reduce: str) -> torch.Tensor:
+    """Per-destination ``reduce`` (``sum`` / ``amax``) of per-edge ``values`` ([E] or [E, H])."""
+    dst = block.edge_dst()
+    shape = (block.num_dst, *values.shape[1:])
+    index = dst.view(-1, *([1] * (values.dim() - 1))).expand_as(values)
+    init = float("-inf") if reduce == "amax" else 0.0
+    return values.new_full(shape, init).scatter_reduce_(0, index, values, reduce)
+
+
+class _EdgeSoftmax(torch.autograd.Function):
+    """``softmax`` over each destination's in-edges; backward ``a * (g - sum_row(a * g))``."""
+
+    @staticmethod
+    def forward(ctx: Any, logits: torch.Tensor, block: Block) -> torch.Tensor:
+        dst = block.edge_dst()
+        # the shift only stabilises exp(); the softmax does not depend on it
+        expo = torch.exp(logits - torch.index_select(_segment(block, logits, "amax"), 0, dst))
+        out = expo.div_(torch.index_select(_segment(block, expo, "sum"), 0, dst))
+        ctx.block = block
+        ctx.save_for_backward(out)
+        return out
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
+        (out,) = ctx.saved_tensors
+        block: Block = ctx.block
+        ga = grad * out
+        return ga.sub_(out * torch.index_select(_segment(block, ga, "sum"), 0, block.edge_dst())), None
+
+
 def edge_softmax(block: Block, logits: torch.Tensor) -> torch.Tensor:
     """Softmax of ``logits`` ([E] or [E, H]) over the in-edges of each destination."""
-    dst = block.edge_dst()
-    shape = (block.num_dst, *logits.shape[1:])
-    with torch.no_grad():  # the shift only stabilises exp(); the softmax does not depend on it
-        peak = logits.new_full(shape, float("-inf")).scatter_reduce_(
-            0, dst.view(-1, *([1] * (logits.dim() - 1))).expand_as(logits), logits, "amax")
-    expo = torch.exp(logits - torch.index_select(peak, 0, dst))
-    denom = logits.new_zeros(shape).index_add_(0, dst, expo)
-    return expo / torch.index_select(denom, 0, dst)
+    return _EdgeSoftmax.apply(logits, block)

@@ -1,43 +1,63 @@
-"""GraphSAGE layer with the mean aggregator (Hamilton et al.; GSplit §6.1, DistDGLv2 §5)."""
+"""GraphSAGE layer, mean or GCN aggregator (Hamilton et al.; GSplit §6.1, DistDGLv2 §5)."""
 
 from __future__ import annotations
 
 import torch
 from torch import nn
 
-from gnnflow.nn.ops import spmm_mean
+from gnnflow.config import AGGREGATORS
+from gnnflow.errors import ConfigError
+from gnnflow.nn.ops import spmm_mean, spmm_sum
 from gnnflow.sampling.block import Block
 
 
 class SAGEConv(nn.Module):
-    r"""``h_i' = W_self h_i + W_neigh mean_{j -> i} h_j + b``.
+    r"""``mean``: ``h_i' = W_self h_i + W_neigh mean_{j -> i} h_j + b``;
+    ``gcn``: ``h_i' = W_neigh (h_i + \sum_{j -> i} h_j) / (deg_in(i) + 1) + b``.
 
     Shapes: ``h_src`` ``[num_src, in_dim]`` -> ``[num_dst, out_dim]``; the
     destination's own input is ``h_src[:num_dst]`` (blocks list destinations
-    first).  Parameters are laid out as DGL 1.1's ``SAGEConv(aggregator_type="mean")``
-    (``fc_self`` with the bias, ``fc_neigh`` without) so weights copy across;
-    like DGL, the neighbour projection runs before aggregation when it shrinks
-    the features.
+    first).  Parameters are laid out as DGL 1.1's ``SAGEConv`` (``mean``:
+    ``fc_self`` with the bias, ``fc_neigh`` without; ``gcn``: ``fc_neigh`` and a
+    separate ``bias``) so weights copy across; like DGL, the neighbour
+    projection runs before aggregation when it shrinks the features.  ``gcn``
+    is the aggregator of DGL's full-graph GraphSAGE example (Hamilton et al.'s
+    "GCN" variant): the destination counts once more beside its in-edges, so a
+    graph that already has self-loops counts it twice, as in DGL.
     """
 
-    def __init__(self, in_dim: int, out_dim: int, bias: bool = True) -> None:
+    def __init__(self, in_dim: int, out_dim: int, aggregator: str = "mean", bias: bool = True) -> None:
         super().__init__()
-        self.in_dim, self.out_dim = in_dim, out_dim
-        self.fc_self = nn.Linear(in_dim, out_dim, bias=bias)
+        if aggregator not in AGGREGATORS:
+            raise ConfigError(f"aggregator: unknown {aggregator!r}; choose one of {', '.join(AGGREGATORS)}")
+        self.in_dim, self.out_dim, self.aggregator = in_dim, out_dim, aggregator
+        if aggregator == "mean":
+            self.fc_self = nn.Linear(in_dim, out_dim, bias=bias)
         self.fc_neigh = nn.Linear(in_dim, out_dim, bias=False)
+        if aggregator == "gcn":
+            self.bias = nn.Parameter(torch.zeros(out_dim)) if bias else None
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
         gain = nn.init.calculate_gain("relu")
-        nn.init.xavier_uniform_(self.fc_self.weight, gain=gain)
+        if self.aggregator == "mean":
+            nn.init.xavier_uniform_(self.fc_self.weight, gain=gain)
+            if self.fc_self.bias is not None:
+                nn.init.zeros_(self.fc_self.bias)
+        elif self.bias is not None:
+            nn.init.zeros_(self.bias)
         nn.init.xavier_uniform_(self.fc_neigh.weight, gain=gain)
-        if self.fc_self.bias is not None:
-            nn.init.zeros_(self.fc_self.bias)
 
     def forward(self, block: Block, h_src: torch.Tensor) -> torch.Tensor:
-        h_dst = h_src[: block.num_dst]
-        if self.in_dim > self.out_dim:
-            h_neigh = spmm_mean(block, self.fc_neigh(h_src))
-        else:
-            h_neigh = self.fc_neigh(spmm_mean(block, h_src))
-        return self.fc_self(h_dst) + h_neigh
+        project_first = self.in_dim > self.out_dim
+        if self.aggregator == "mean":
+            if project_first:
+                h_neigh = spmm_mean(block, self.fc_neigh(h_src))
+            else:
+                h_neigh = self.fc_neigh(spmm_mean(block, h_src))
+            return self.fc_self(h_src[: block.num_dst]) + h_neigh
+        h = self.fc_neigh(h_src) if project_first else h_src
+        deg = block.in_degrees().to(h.dtype).unsqueeze(1) + 1.0
+        h_neigh = (spmm_sum(block, h) + h[: block.num_dst]) / deg
+        out = h_neigh if project_first else self.fc_neigh(h_neigh)
+        return out if self.bias is None else out + self.bias

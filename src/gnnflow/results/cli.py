@@ -6,7 +6,14 @@ import argparse
 from pathlib import Path
 
 from gnnflow.errors import GnnflowError
-from gnnflow.results.table import load_runs, read_table, save_table, summarize
+from gnnflow.results.table import (
+    load_runs,
+    read_table,
+    save_table,
+    summarize,
+    summarize_seeds,
+    summary_text,
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -14,10 +21,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     agg = sub.add_parser("aggregate", help="collect run directories into one parquet + CSV table")
     agg.add_argument("runs", nargs="+", help="run directories (each with records.jsonl)")
     agg.add_argument("--out", required=True, help="table path; .parquet and .csv are written")
-    summ = sub.add_parser("summarize", help="print the table per run/strategy")
+    summ = sub.add_parser(
+        "summarize", help="per run: final and best-validation test accuracy; mean ± std over seeds",
+        description="One row per run (final test accuracy, and the test accuracy of the epoch with the best "
+                    "validation accuracy, ties to the lower validation loss), then one row per setting with "
+                    "the mean ± standard deviation over the seeds that ran it.")
     summ.add_argument("table", help="results table (.parquet or .csv)")
-    summ.add_argument("--out", help="also write the summary as CSV here")
-    summ.add_argument("--json", action="store_true", help="print JSON records instead of text")
+    summ.add_argument("--out", help="also write the per-run summary as CSV here")
+    summ.add_argument("--seeds-out", help="also write the over-seeds summary as CSV here")
+    summ.add_argument("--json", action="store_true",
+                      help='print one JSON object {"runs": [...], "over_seeds": [...]} instead of text')
     card = sub.add_parser(
         "scorecard", help="verdicts on a paper's claims (config/paper/*.claims.yaml) from results tables",
         description="Judge every claim of a claims file on one or more results tables: the paper's quoted "
@@ -94,17 +107,19 @@ def main(args: argparse.Namespace) -> int:
         for path in save_table(table, args.out):
             print(f"wrote {path} ({len(table)} rows)")
         return 0
+    import json
+
+    from gnnflow.io import atomic_file
+
     summary = summarize(read_table(args.table))
-    if args.out:
-        from gnnflow.io import atomic_file
-
-        with atomic_file(args.out) as tmp:
-            summary.to_csv(tmp, index=False)
+    seeds = summarize_seeds(summary)
+    for path, frame in ((args.out, summary), (args.seeds_out, seeds)):
+        if path:
+            with atomic_file(path) as tmp:
+                frame.to_csv(tmp, index=False)
     if args.json:
-        print(summary.to_json(orient="records"))
+        print(json.dumps({"runs": json.loads(summary.to_json(orient="records")),
+                          "over_seeds": json.loads(seeds.to_json(orient="records"))}))
     else:
-        import pandas as pd
-
-        with pd.option_context("display.width", 200, "display.max_columns", 30):
-            print(summary.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
+        print(summary_text(summary, seeds))
     return 0

@@ -1,6 +1,7 @@
 """The common results schema: one record per run x epoch x rank.
 
-Every strategy fills the same columns, so one table compares them all.  Times
+Every strategy fills the same columns, so one table compares them all.
+Accuracies and ``*_loss`` come from evaluation epochs (NaN otherwise).  Times
 are seconds summed over the epoch's iterations on that rank; counters are
 totals over the epoch on that rank.  Strategy-specific counters go into
 ``extra`` and become ``x_<name>`` columns in the table.  ``memory`` holds the
@@ -53,6 +54,11 @@ class EpochRecord:
     train_acc: float = float("nan")
     val_acc: float = float("nan")
     test_acc: float = float("nan")
+    # mean cross-entropy over each split's labelled vertices in evaluation (no dropout);
+    # ``loss`` is the training loss of the epoch's steps
+    train_loss: float = float("nan")
+    val_loss: float = float("nan")
+    test_loss: float = float("nan")
     time_epoch: float = 0.0
     times: dict[str, float] = field(default_factory=dict)
     counters: dict[str, float] = field(default_factory=dict)

@@ -16,6 +16,12 @@ import pandas as pd
 
 from gnnflow.errors import GnnflowError
 from gnnflow.results.schema import read_records
+from gnnflow.results.selection import best_row
+
+#: per-epoch evaluation columns (the same on every rank)
+EVAL_COLUMNS = ("train_acc", "val_acc", "test_acc", "train_loss", "val_loss", "test_loss")
+#: what identifies a run besides its seed: runs equal in these are repeats (summarize over seeds)
+SETTING_KEYS = ("dataset", "strategy", "model", "workers")
 
 CONFIG_KEYS = ("partition", "fanouts", "batch_size", "hidden", "num_layers", "epochs", "lr", "heads", "dropout",
                "device")
@@ -86,7 +92,7 @@ def per_run_epoch(table: pd.DataFrame) -> pd.DataFrame:
     rank's memory (``mem_*``)."""
     keys = [c for c in ("run_id", "strategy", "dataset", "model", "workers", "epoch") if c in table]
     time_cols = [c for c in table if c.startswith(("time_", "mem_"))]  # both: the worst rank
-    acc_cols = [c for c in ("loss", "train_acc", "val_acc", "test_acc") if c in table]
+    acc_cols = [c for c in ("loss", *EVAL_COLUMNS) if c in table]
     numeric = table.select_dtypes("number").columns
     extra_cols = [c for c in numeric if c.startswith("x_")]
     cfg_cols = [c for c in table if c.startswith("cfg_")]  # settings (numeric ones too: a CSV's empty column)
@@ -146,25 +152,84 @@ def _same_value(want: Any) -> Any:
 
 
 def summarize(table: pd.DataFrame) -> pd.DataFrame:
-    """Per run: final accuracies, median epoch time (slowest rank), totals per epoch."""
+    """Per run: final and best-validation accuracies, median epoch time (slowest rank), totals per epoch.
+
+    ``test_acc``/``val_acc`` are the last epoch's; ``best_epoch``, ``best_val_acc`` and
+    ``best_test_acc`` the epoch :mod:`gnnflow.results.selection` picks (best validation
+    accuracy, ties to the lower validation loss), as the driver's ``ckpt/best.pt``.
+    """
     per_epoch = per_run_epoch(table)
     rows = []
     for run_id, g in per_epoch.groupby("run_id", sort=False):
         g = g.sort_values("epoch")
         last = g.iloc[-1]
+        evaluated = g.dropna(subset=["test_acc"]) if "test_acc" in g else g
+        final = evaluated.iloc[-1] if len(evaluated) else last
+        best = best_row(g.to_dict("records")) if "val_acc" in g else None
         row = {
             "run_id": run_id,
             "strategy": last.get("strategy"),
             "dataset": last.get("dataset"),
             "model": last.get("model"),
             "workers": int(last.get("workers", 1)),
+            "seed": int(table.loc[table["run_id"] == run_id, "seed"].iloc[0]) if "seed" in table else 0,
             "epochs": int(g["epoch"].max()) + 1 if "epoch" in g else len(g),
-            "test_acc": float(last.get("test_acc", float("nan"))),
-            "val_acc": float(last.get("val_acc", float("nan"))),
+            "test_acc": float(final.get("test_acc", float("nan"))),
+            "val_acc": float(final.get("val_acc", float("nan"))),
+            "best_epoch": best["epoch"] if best else float("nan"),
+            "best_val_acc": best["val_acc"] if best else float("nan"),
+            "best_test_acc": best["test_acc"] if best else float("nan"),
             "epoch_time_s": float(g["time_epoch"].median()) if "time_epoch" in g else float("nan"),
         }
+        for c in g:
+            if c.startswith("cfg_"):
+                row[c] = last[c]
         for c in ("sampled_edges", "features_loaded", "remote_bytes", "bytes_sent"):
             if c in g:
                 row[f"{c}_per_epoch"] = float(g[c].mean())
         rows.append(row)
     return pd.DataFrame(rows).sort_values(["dataset", "strategy", "workers"], kind="stable")
+
+
+def summarize_seeds(summary: pd.DataFrame) -> pd.DataFrame:
+    """Runs that differ only in their seed, as one row: how many seeds, and mean and standard
+    deviation (over seeds, ``ddof=1``; 0 for one seed) of the final and best-validation test
+    accuracy, the best epoch and the median epoch time."""
+    keys = [c for c in SETTING_KEYS if c in summary] + sorted(c for c in summary if c.startswith("cfg_"))
+    values = {"test_acc": "final_test_acc", "best_test_acc": "best_test_acc", "best_epoch": "best_epoch",
+              "epoch_time_s": "epoch_time_s"}
+    rows = []
+    for key, g in summary.groupby(keys, dropna=False, sort=False):
+        row = dict(zip(keys, key if isinstance(key, tuple) else (key,), strict=True))
+        row["seeds"] = int(g["seed"].nunique()) if "seed" in g else len(g)
+        for col, name in values.items():
+            v = g[col].astype(float)
+            row[f"{name}_mean"] = float(v.mean())
+            row[f"{name}_std"] = float(v.std(ddof=1)) if len(v) > 1 else 0.0
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def _pm(mean: float, std: float, scale: float = 100.0, digits: int = 2) -> str:
+    return f"{scale * mean:.{digits}f} ± {scale * std:.{digits}f}"
+
+
+def summary_text(summary: pd.DataFrame, seeds: pd.DataFrame) -> str:
+    """The per-run table, then the over-seeds table with accuracies in percent as mean ± std."""
+    run_cols = [c for c in ("run_id", "strategy", "dataset", "model", "workers", "seed", "epochs", "test_acc",
+                            "best_epoch", "best_val_acc", "best_test_acc", "epoch_time_s") if c in summary]
+    run_cols += [c for c in summary if c.endswith("_per_epoch")]
+    with pd.option_context("display.width", 200, "display.max_columns", 30):
+        runs = summary[run_cols].to_string(index=False, float_format=lambda v: f"{v:.4g}")
+        table = pd.DataFrame({
+            **{c: seeds[c] for c in SETTING_KEYS if c in seeds},
+            "seeds": seeds["seeds"],
+            "final test acc %": [_pm(m, s) for m, s in zip(seeds["final_test_acc_mean"],
+                                                          seeds["final_test_acc_std"], strict=True)],
+            "best-val test acc %": [_pm(m, s) for m, s in zip(seeds["best_test_acc_mean"],
+                                                             seeds["best_test_acc_std"], strict=True)],
+            "best epoch": [_pm(m, s, 1.0, 1) for m, s in zip(seeds["best_epoch_mean"], seeds["best_epoch_std"],
+                                                            strict=True)],
+        })
+        over = table.to_string(index=False)
+    return f"{runs}\n\nmean ± std over seeds (settings equal up to the seed):\n{over}"

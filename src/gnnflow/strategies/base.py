@@ -60,6 +60,13 @@ class Strategy(ABC):
         """How many parts ``cfg.partition`` must have for this strategy (None: no book is read)."""
         return cfg.workers if cls.distributed and cfg.partition else None
 
+    @classmethod
+    def batch_shares(cls, cfg: TrainConfig) -> dict[str, float] | None:
+        """``{"global_batch", "per_rank"}``: ``cfg.batch_size`` is the global mini-batch of every
+        strategy; a rank's share is about ``global / P``.  None for full-batch training."""
+        ranks = cfg.workers if cls.distributed else 1
+        return {"global_batch": cfg.batch_size, "per_rank": cfg.batch_size / ranks}
+
     def __init__(self, cfg: TrainConfig, ctx: RankContext) -> None:
         self.cfg = cfg
         self.ctx = ctx

@@ -25,11 +25,19 @@ _FLAGS: dict[str, tuple[str, type, str]] = {
     "--model": ("model", str, "sage, gcn or gat"),
     "--hidden": ("hidden", int, "hidden features"),
     "--layers": ("num_layers", int, "number of layers"),
-    "--batch-size": ("batch_size", int, "targets per mini-batch (per rank for data-parallel)"),
+    "--batch-size": ("batch_size", int, "targets per GLOBAL mini-batch, all ranks together, for every strategy "
+                     "(each data-parallel rank takes about batch/P of them; logged and in run.json)"),
     "--lr": ("lr", float, "Adam learning rate"),
     "--weight-decay": ("weight_decay", float, "Adam weight decay"),
     "--dropout": ("dropout", float, "dropout between layers"),
-    "--heads": ("heads", int, "GAT attention heads"),
+    "--heads": ("heads", int, "GAT attention heads of every hidden layer (concatenated)"),
+    "--out-heads": ("out_heads", int, "GAT attention heads of the output layer (averaged; default 1)"),
+    "--input-dropout": ("input_dropout", float, "dropout on the input features before the first layer"),
+    "--feat-drop": ("feat_drop", float, "GAT: dropout on every layer's input features"),
+    "--attn-drop": ("attn_drop", float, "GAT: dropout on the attention coefficients"),
+    "--activation": ("activation", str, "hidden activation, relu or elu (default: the model's standard, "
+                     "elu for gat, relu otherwise)"),
+    "--aggregator": ("aggregator", str, "GraphSAGE aggregator, mean (default) or gcn"),
     "--gcn-degrees": ("gcn_degrees", str, "GCN normalisation in mini-batch training: 'graph' (whole-graph "
                       "degrees, default) or 'block' (the sampled block's own)"),
     "--epochs": ("epochs", int, "training epochs"),

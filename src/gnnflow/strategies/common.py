@@ -1,8 +1,6 @@
-"""Helpers every strategy shares: seeding, optimizer, batching, accuracy, full-graph evaluation.
+"""Helpers every strategy shares: seeding, optimizer, batching, full-graph evaluation.
 
-The accuracy is OGB's node-classification accuracy (``ogb.nodeproppred.Evaluator``:
-the fraction of vertices whose arg-max prediction equals the label), taken over
-labelled vertices only.  Evaluation is exact full-neighbourhood inference done
+Accuracy and loss per split are :mod:`gnnflow.strategies.metrics`'s.  Evaluation is exact full-neighbourhood inference done
 layer by layer over chunks of destination vertices (as DGL's examples do), so
 it needs memory for one layer's representations, not for the whole
 multi-hop neighbourhood; GCN blocks carry the whole graph's degrees so the
@@ -13,7 +11,7 @@ from __future__ import annotations
 
 import json
 import random
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -25,8 +23,6 @@ from gnnflow.config import TrainConfig
 from gnnflow.io import atomic_file
 from gnnflow.nn.model import GNN
 from gnnflow.sampling import Block, NeighborSampler, as_long_tensor
-
-SPLITS = ("train", "val", "test")
 
 
 class GraphLike(Protocol):
@@ -112,15 +108,6 @@ def num_batches(num_ids: int, batch_size: int) -> int:
     return (num_ids + batch_size - 1) // batch_size
 
 
-def accuracy(logits: torch.Tensor, labels: torch.Tensor) -> float:
-    """OGB node-classification accuracy over labelled vertices (label >= 0); NaN if none."""
-    mask = labels >= 0
-    if not bool(mask.any()):
-        return float("nan")
-    pred = logits[mask].argmax(dim=-1)
-    return float((pred == labels[mask]).float().mean())
-
-
 def numpy_rng_state(rng: np.random.Generator) -> str:
     """A numpy generator's state as a JSON string (storable in a ``weights_only`` checkpoint)."""
     return json.dumps(rng.bit_generator.state)
@@ -187,24 +174,20 @@ def full_inference(model: GNN, indptr: np.ndarray, indices: np.ndarray, features
     return h
 
 
-def split_accuracies(logits: torch.Tensor, labels: np.ndarray | torch.Tensor,
-                     splits: Mapping[str, np.ndarray | torch.Tensor]) -> dict[str, float]:
-    """``{"train_acc", "val_acc", "test_acc"}`` of whole-graph ``logits``."""
-    labels_t = as_long_tensor(labels)
-    out: dict[str, float] = {}
-    for name in SPLITS:
-        ids = as_long_tensor(splits[name])
-        out[f"{name}_acc"] = accuracy(logits[ids], labels_t[ids]) if ids.numel() else float("nan")
-    return out
-
-
 def evaluate_full(model: GNN, graph: GraphLike, device: torch.device | str = "cpu",
                   chunk_size: int = 65536) -> dict[str, Any]:
-    """Full-neighbourhood accuracies of ``model`` on ``graph``'s train/val/test splits."""
+    """Full-neighbourhood accuracies and losses of ``model`` on ``graph``'s train/val/test splits
+    (:mod:`gnnflow.strategies.metrics`)."""
     if graph.features is None:
         from gnnflow.errors import ConfigError
 
         raise ConfigError("evaluation needs vertex features; the graph store has no features.npy")
+    from gnnflow.strategies.metrics import split_metrics, split_sums
+
     logits = full_inference(model, graph.indptr, graph.indices, graph.features, device, chunk_size)
-    splits = {"train": graph.train_idx, "val": graph.val_idx, "test": graph.test_idx}
-    return split_accuracies(logits, graph.labels, splits)
+    labels = as_long_tensor(graph.labels)
+    per_split = {}
+    for name, ids in (("train", graph.train_idx), ("val", graph.val_idx), ("test", graph.test_idx)):
+        ids_t = as_long_tensor(ids)
+        per_split[name] = (logits[ids_t], labels[ids_t])
+    return split_metrics(split_sums(per_split))

@@ -108,7 +108,7 @@ def verify(workers: int, model: str = "sage", seed: int = 0, *, tamper: str | No
     from gnnflow.config import TrainConfig
     from gnnflow.data.synthetic import prepare_synthetic
     from gnnflow.distributed.launch import run_ranks
-    from gnnflow.nn import build_model
+    from gnnflow.nn import build_model_from_config
     from gnnflow.partition.api import partition_graph
     from gnnflow.partition.book import PartitionBook
     from gnnflow.sampling import NeighborSampler
@@ -125,7 +125,7 @@ def verify(workers: int, model: str = "sage", seed: int = 0, *, tamper: str | No
                                   num_classes=4, seed=seed)
         book = partition_graph(store.path, "random", workers, Path(tmp) / "book", seed=seed)
         cfg = TrainConfig(graph=str(store.path), strategy="data", partition=str(book.path), model=model,
-                          hidden=16, num_layers=len(fanouts), fanouts=fanouts, batch_size=batch_per_rank,
+                          hidden=16, num_layers=len(fanouts), fanouts=fanouts, batch_size=batch_per_rank * workers,
                           dropout=0.0, heads=2, seed=seed, workers=workers,
                           options={"pipeline": False, **kw.get("options", {})})
         parts = PartitionBook.open(book.path)
@@ -138,8 +138,7 @@ def verify(workers: int, model: str = "sage", seed: int = 0, *, tamper: str | No
 
         # single process: the same model, the union batch, the whole graph
         seed_everything(seed)
-        net = build_model(model, store.feature_dim, cfg.hidden, store.num_classes, cfg.num_layers,
-                          cfg.dropout, cfg.heads)
+        net = build_model_from_config(cfg, store.feature_dim, store.num_classes)
         opt = make_optimizer(net, cfg)
         graph = model_graph(store, cfg)  # A or A + I, as the strategy builds it
         blocks = NeighborSampler(graph.indptr, graph.indices, cfg.fanouts, seed=seed).sample_blocks(union)

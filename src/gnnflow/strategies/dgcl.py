@@ -149,7 +149,7 @@ class PlannedHalo(FullBatchBase):
 
     # ----- data ---------------------------------------------------------------------------------
     def prepare(self) -> None:
-        from gnnflow.nn import build_model
+        from gnnflow.nn import build_model_from_config
         from gnnflow.partition.book import PartitionBook
 
         if not self.cfg.partition:
@@ -196,9 +196,8 @@ class PlannedHalo(FullBatchBase):
         num_classes = int(book.meta.get("num_classes") or 0) or self._num_classes(book)
         seed_everything(self.cfg.seed)
         assert self.features is not None
-        self.model = build_model(gcn_model_name(self.cfg.model, self.norm), self.features.shape[1],
-                                 self.cfg.hidden, num_classes, self.cfg.num_layers, self.cfg.dropout,
-                                 self.cfg.heads).to(dev)
+        self.model = build_model_from_config(self.cfg, self.features.shape[1], num_classes,
+                                             model=gcn_model_name(self.cfg.model, self.norm)).to(dev)
         self.optimizer = self.build_optimizer()
         self.digest = plan_digest(self.planner, self.table, self.blocks)
 

@@ -201,41 +201,6 @@ def _server_main() -> None:
     serv.start()
 
 
-# ---------------------------------------------------------------------------- DGL models
-class DGLModel(torch.nn.Module):
-    """DGL's own layers with the same hyperparameters as :func:`gnnflow.nn.build_model`."""
-
-    def __init__(self, model: str, in_dim: int, hidden: int, out_dim: int, num_layers: int, dropout: float,
-                 heads: int) -> None:
-        super().__init__()
-        import dgl.nn as dglnn
-
-        self.model = model
-        self.layers = torch.nn.ModuleList()
-        dims = [in_dim] + [hidden] * (num_layers - 1) + [out_dim]
-        for i in range(num_layers):
-            last = i == num_layers - 1
-            if model == "sage":
-                self.layers.append(dglnn.SAGEConv(dims[i], dims[i + 1], "mean"))
-            elif model == "gcn":
-                self.layers.append(dglnn.GraphConv(dims[i], dims[i + 1], allow_zero_in_degree=True))
-            else:
-                h = 1 if last else heads
-                d_in = dims[i] if i == 0 else dims[i] * heads
-                self.layers.append(dglnn.GATConv(d_in, dims[i + 1], h, allow_zero_in_degree=True))
-        self.dropout = torch.nn.Dropout(dropout)
-
-    def forward(self, blocks: list[Any], x: torch.Tensor) -> torch.Tensor:
-        h = x
-        for i, (layer, block) in enumerate(zip(self.layers, blocks, strict=True)):
-            h = layer(block, h)
-            if self.model == "gat":
-                h = h.flatten(1) if i < len(self.layers) - 1 else h.mean(1)
-            if i < len(self.layers) - 1:
-                h = self.dropout(F.relu(h))
-        return h
-
-
 # ---------------------------------------------------------------------------- the strategy
 class DistDGLBaseline(Strategy):
     """DGL's DistDGL (DistGraph, DistNodeDataLoader, DDP) on the partition book's partitions."""
@@ -258,6 +223,7 @@ class DistDGLBaseline(Strategy):
 
         from gnnflow.distributed.comm import world
         from gnnflow.distributed.launch import free_port
+        from gnnflow.nn.peer import dgl_model_from_config
         from gnnflow.strategies.common import make_optimizer, seed_everything
 
         cfg = self.cfg
@@ -308,11 +274,13 @@ class DistDGLBaseline(Strategy):
         feat_dim = int(self.g.ndata["feat"].shape[1])
         num_classes = self._num_classes()
         sampler = dgl.dataloading.NeighborSampler(list(cfg.fanouts))
+        # DGL's batch_size is per trainer; ours (cfg.batch_size) is the global mini-batch
+        self.trainer_batch = -(-cfg.batch_size // size)
         self.loader = dgl.dataloading.DistNodeDataLoader(
-            self.g, self.split_nids["train"], sampler, batch_size=cfg.batch_size, shuffle=True, drop_last=False)
+            self.g, self.split_nids["train"], sampler, batch_size=self.trainer_batch, shuffle=True, drop_last=False)
         seed_everything(cfg.seed)
         torch.manual_seed(cfg.seed)
-        net = DGLModel(cfg.model, feat_dim, cfg.hidden, num_classes, cfg.num_layers, cfg.dropout, cfg.heads)
+        net = dgl_model_from_config(cfg, feat_dim, num_classes)
         self.net = net
         self.model = torch.nn.parallel.DistributedDataParallel(net)
         self.optimizer = make_optimizer(net, cfg)
@@ -324,7 +292,7 @@ class DistDGLBaseline(Strategy):
         return int(PartitionBook.open(self.cfg.partition).meta["num_classes"])
 
     def _check_equal_batches(self) -> None:
-        n = torch.tensor([-(-len(self.split_nids["train"]) // self.cfg.batch_size)])
+        n = torch.tensor([-(-len(self.split_nids["train"]) // self.trainer_batch)])
         allc = [torch.zeros_like(n) for _ in range(dist.get_world_size())]
         dist.all_gather(allc, n)
         if len({int(c) for c in allc}) != 1:  # DDP would hang; node_split(force_even) prevents this
@@ -364,21 +332,18 @@ class DistDGLBaseline(Strategy):
     def evaluate(self) -> dict[str, float]:
         import dgl
 
+        from gnnflow.strategies.metrics import reduce_sums, split_metrics, split_sums
+
         self.model.eval()
         sampler = dgl.dataloading.MultiLayerFullNeighborSampler(self.cfg.num_layers)
-        counts = []
+        sums = split_sums({})
         for split in SPLITS:
             loader = dgl.dataloading.DistNodeDataLoader(self.g, self.split_nids[split], sampler,
                                                         batch_size=4096, shuffle=False, drop_last=False)
-            correct = total = 0
             for input_nodes, seeds, blocks in loader:
-                pred = self.net(blocks, self.g.ndata["feat"][input_nodes]).argmax(1)
-                correct += int((pred == self.g.ndata["label"][seeds]).sum())
-                total += int(seeds.shape[0])
-            counts += [correct, total]
-        t = torch.tensor(counts, dtype=torch.float64)
-        dist.all_reduce(t)
-        return {f"{s}_acc": float(t[2 * i] / max(1.0, float(t[2 * i + 1]))) for i, s in enumerate(SPLITS)}
+                logits = self.net(blocks, self.g.ndata["feat"][input_nodes])
+                sums += split_sums({split: (logits, self.g.ndata["label"][seeds])})
+        return split_metrics(reduce_sums(sums))
 
     def close(self) -> None:
         """Leave DGL's distributed module (rank 0's client shuts the servers down), reap servers."""

@@ -5,17 +5,22 @@ every ``eval_every`` epochs (and after the last), one :class:`EpochRecord`.
 Per-rank records are gathered to rank 0 (``torch.distributed.gather_object``),
 which alone writes the run directory::
 
-    RUNDIR/run.json        config + provenance (+ status and final accuracies at the end)
+    RUNDIR/run.json        config, "batch" (global mini-batch and per-rank share), provenance
+                           (+ status, "final" and "best" epochs at the end)
     RUNDIR/records.jsonl   one row per epoch x rank (results.schema)
     RUNDIR/ckpt/last.pt    after every epoch: epoch, world size, torch/numpy/python
                            RNG states and every rank's ``Strategy.state_dict()``
                            (loadable with ``torch.load(weights_only=True)``)
     RUNDIR/model.pt        rank 0's final model weights
+    RUNDIR/ckpt/best.pt    as last.pt, of the evaluation epoch with the best validation accuracy
+                           (ties: lower validation loss; gnnflow.results.selection)
+    RUNDIR/model-best.pt   rank 0's model weights of that epoch
 
 ``resume=True`` loads ``ckpt/last.pt`` on every rank, drops any records of
 epochs after the checkpoint (written before a crash that preceded the next
 checkpoint) and continues from the next epoch, so records (up to timing
-columns) and weights equal those of an uninterrupted run.  Strategies that own
+columns) and weights equal those of an uninterrupted run.  The best epoch so
+far is read back from the kept records.  Strategies that own
 random generators beyond torch's, numpy's and Python's global ones put their
 states into ``state_dict`` (as :class:`~gnnflow.strategies.single.SingleProcess` does).
 
@@ -43,12 +48,15 @@ from gnnflow.distributed.watchdog import note_progress
 from gnnflow.errors import ConfigError
 from gnnflow.io import proc_memory, provenance, save_tensors, write_json
 from gnnflow.results.schema import EpochRecord, Recorder, write_records
+from gnnflow.results.selection import best_of_records, best_row, better
 from gnnflow.strategies.base import RankContext, Strategy, strategy_class
 from gnnflow.strategies.common import drop_rows_after_epoch
 
 log = logging.getLogger("gnnflow.train")
 
 CKPT = Path("ckpt") / "last.pt"
+BEST_CKPT = Path("ckpt") / "best.pt"
+BEST_MODEL = Path("model-best.pt")
 
 
 def run_id_for(cfg: TrainConfig) -> str:
@@ -144,6 +152,7 @@ def _train(strategy: Strategy, cfg: TrainConfig, ctx: RankContext) -> list[Epoch
         if ctx.rank == 0:
             drop_rows_after_epoch(run_dir / "records.jsonl", start - 1)
             log.info("resuming %s from epoch %d", run_dir, start)
+    best = best_of_records(run_dir / "records.jsonl") if run_dir is not None and ctx.rank == 0 else None
     stop_after = cfg.options.get("stop_after_epoch")
     run_id, dataset = run_id_for(cfg), dataset_name(cfg.graph)
     all_records: list[EpochRecord] = []
@@ -159,7 +168,9 @@ def _train(strategy: Strategy, cfg: TrainConfig, ctx: RankContext) -> list[Epoch
             run_id=run_id, strategy=cfg.strategy, dataset=dataset, model=cfg.model, workers=ctx.world_size,
             rank=ctx.rank, epoch=epoch, seed=cfg.seed, loss=float(loss),
             train_acc=accs.get("train_acc", float("nan")), val_acc=accs.get("val_acc", float("nan")),
-            test_acc=accs.get("test_acc", float("nan")), time_epoch=rec.elapsed(),
+            test_acc=accs.get("test_acc", float("nan")), train_loss=accs.get("train_loss", float("nan")),
+            val_loss=accs.get("val_loss", float("nan")), test_loss=accs.get("test_loss", float("nan")),
+            time_epoch=rec.elapsed(),
             times=dict(rec.times), counters=dict(rec.counters), extra=dict(rec.extra),
             memory=memory_figures(strategy),
         )
@@ -168,11 +179,18 @@ def _train(strategy: Strategy, cfg: TrainConfig, ctx: RankContext) -> list[Epoch
         if ctx.rank == 0:
             assert gathered is not None and states is not None
             all_records.extend(gathered)
+            improved = better(record.val_acc, record.val_loss, best)
+            if improved:
+                best = best_row([record.flat()])
             if run_dir is not None:
                 write_records(run_dir, gathered)
+                if improved:  # before last.pt: a crash in between re-runs this epoch, which writes it again
+                    _save_checkpoint(run_dir, epoch, states, BEST_CKPT)
+                    assert strategy.model is not None
+                    save_tensors(strategy.model.state_dict(), run_dir / BEST_MODEL)
                 _save_checkpoint(run_dir, epoch, states)
-            log.info("epoch %d: loss %.4f %s", epoch, loss,
-                     " ".join(f"{k} {v:.4f}" for k, v in accs.items()))
+            log.info("epoch %d: loss %.4f %s%s", epoch, loss,
+                     " ".join(f"{k} {v:.4f}" for k, v in accs.items()), " (best)" if improved else "")
         if stop_after is not None and epoch >= int(stop_after):
             break
     else:
@@ -181,17 +199,17 @@ def _train(strategy: Strategy, cfg: TrainConfig, ctx: RankContext) -> list[Epoch
     return all_records
 
 
-def _save_checkpoint(run_dir: Path, epoch: int, states: list[dict[str, Any]]) -> None:
+def _save_checkpoint(run_dir: Path, epoch: int, states: list[dict[str, Any]], name: Path = CKPT) -> None:
     ckpt = {
         "epoch": epoch,
         "world_size": len(states),
         "ranks": [s["state"] for s in states],
         "rng": [s["rng"] for s in states],
     }
-    save_tensors(ckpt, run_dir / CKPT)
+    save_tensors(ckpt, run_dir / name)
 
 
-def _prepare_run_dir(cfg: TrainConfig) -> None:
+def _prepare_run_dir(cfg: TrainConfig, batch: dict[str, float] | None = None) -> None:
     run_dir = cfg.run_dir
     if run_dir is None:
         return
@@ -199,7 +217,8 @@ def _prepare_run_dir(cfg: TrainConfig) -> None:
         raise ConfigError(f"{run_dir}: already holds a run; pass --resume to continue it or remove it")
     run_dir.mkdir(parents=True, exist_ok=True)
     if not (cfg.resume and (run_dir / "run.json").exists()):
-        write_json(run_dir / "run.json", {"config": cfg.to_dict(), "provenance": provenance(), "status": "running"})
+        write_json(run_dir / "run.json", {"config": cfg.to_dict(), "batch": batch, "provenance": provenance(),
+                                          "status": "running"})
 
 
 def _mark_ended(run_dir: Path, status: str, error: str | None = None, extra: dict[str, Any] | None = None) -> None:
@@ -227,8 +246,12 @@ def run_training(cfg: TrainConfig) -> list[EpochRecord]:
     # under torchrun/srun every rank runs this function; only rank 0 writes files
     is_rank0 = int(os.environ.get("RANK", os.environ.get("SLURM_PROCID", "0"))) == 0
     run_dir = cfg.run_dir if is_rank0 else None
+    batch = cls.batch_shares(cfg)
     if is_rank0:
-        _prepare_run_dir(cfg)
+        _prepare_run_dir(cfg, batch)
+        if batch is not None:
+            log.info("%s on %d rank(s): global mini-batch %d targets, about %.0f per rank and iteration",
+                     cfg.strategy, cfg.workers if cls.distributed else 1, batch["global_batch"], batch["per_rank"])
     t0 = time.perf_counter()
     try:
         if cls.distributed:
@@ -251,6 +274,8 @@ def run_training(cfg: TrainConfig) -> list[EpochRecord]:
         if records:
             last = records[-1]
             extra["final"] = {"epoch": last.epoch, "loss": last.loss, "train_acc": last.train_acc,
-                              "val_acc": last.val_acc, "test_acc": last.test_acc}
+                              "val_acc": last.val_acc, "test_acc": last.test_acc, "train_loss": last.train_loss,
+                              "val_loss": last.val_loss, "test_loss": last.test_loss}
+        extra["best"] = best_of_records(run_dir / "records.jsonl")
         _mark_ended(run_dir, "done" if finished else "stopped", extra=extra)
     return records

@@ -226,6 +226,10 @@ class FullBatch(FullBatchBase):
         if cfg.model != "gcn":
             raise ConfigError(f"model: strategy fullbatch trains GCN (MG-GCN) only, got {cfg.model!r}; "
                               "use --model gcn")
+        if cfg.input_dropout > 0 or (cfg.activation or "relu") != "relu":
+            raise ConfigError("fullbatch: its hand-written GCN layers (MG-GCN §4.2) apply ReLU and dropout "
+                              "between layers only; set input_dropout: 0 and activation: relu, or train "
+                              "with --strategy dgcl or single")
         opts = dict(cfg.options)
         self.norm = str(opts.get("norm", "both"))
         if self.norm not in NORMS:
@@ -268,7 +272,7 @@ class FullBatch(FullBatchBase):
         return rows, rp, store.num_nodes, dict(store.meta)
 
     def prepare(self) -> None:
-        from gnnflow.nn import build_model
+        from gnnflow.nn import build_model_from_config
 
         rows, rp, num_nodes, meta = self._load_rows()
         directed = bool(meta.get("directed", True))
@@ -295,8 +299,8 @@ class FullBatch(FullBatchBase):
                                                              for k in ("train", "val", "test")))
         num_classes = int(meta.get("num_classes") or _global_max(int(rows.labels.max(initial=-1)) + 1))
         seed_everything(self.cfg.seed)
-        self.model = build_model(gcn_model_name("gcn", self.norm), rows.features.shape[1], self.cfg.hidden, num_classes, self.cfg.num_layers,
-                                 self.cfg.dropout, self.cfg.heads).to(dev)
+        self.model = build_model_from_config(self.cfg, rows.features.shape[1], num_classes,
+                                             model=gcn_model_name("gcn", self.norm)).to(dev)
         self.dims = [rows.features.shape[1]] + [layer_params(m)[0].shape[1] for m in self.model.layers]
         self.optimizer = self.build_optimizer()
 

@@ -44,10 +44,9 @@ import time
 from typing import Any
 
 import torch
-import torch.distributed as dist
 import torch.nn.functional as F
 
-from gnnflow.distributed.comm import all_reduce_gradients, world
+from gnnflow.distributed.comm import all_reduce_gradients
 from gnnflow.results.schema import Recorder
 from gnnflow.strategies.base import RankContext, Strategy
 
@@ -56,19 +55,20 @@ SPLITS = ("train", "val", "test")
 
 def all_reduce_sum(values: list[float] | torch.Tensor) -> torch.Tensor:
     """Sum a small float64 vector across ranks (identity with one rank)."""
-    t = torch.as_tensor(values, dtype=torch.float64).clone()
-    _, size = world()
-    if size > 1:
-        if dist.get_backend() == "nccl":  # NCCL reduces CUDA tensors only
-            t = t.to(torch.device("cuda", torch.cuda.current_device()))
-        dist.all_reduce(t)
-    return t.cpu()
+    from gnnflow.strategies.metrics import reduce_sums
+
+    return reduce_sums(torch.as_tensor(values, dtype=torch.float64).clone())
 
 
 class FullBatchBase(Strategy):
     """Full-batch training loop shared by the 1D-broadcast (MG-GCN) and DGCL strategies."""
 
     distributed = True
+
+    @classmethod
+    def batch_shares(cls, cfg: Any) -> None:
+        """Full-batch: one step per epoch on every training vertex; no mini-batch."""
+        return None
 
     def __init__(self, cfg: Any, ctx: RankContext) -> None:
         super().__init__(cfg, ctx)
@@ -134,14 +134,13 @@ class FullBatchBase(Strategy):
 
     @torch.no_grad()
     def evaluate(self) -> dict[str, float]:
-        """Global accuracy per split from all-reduced correct/total counts."""
+        """Global accuracy and loss per split from all-reduced sums (:mod:`gnnflow.strategies.metrics`)."""
+        from gnnflow.strategies.metrics import evaluate_logits
+
         assert self.model is not None and self.labels is not None
         self.model.eval()
         logits = self.forward_local(False)
-        pred = logits.argmax(dim=1)
-        correct = [float((pred[r] == self.labels[r]).sum().item()) for r in (self.split_rows[k] for k in SPLITS)]
-        counts = all_reduce_sum(correct)
-        return {f"{k}_acc": float(counts[i].item()) / max(1, self.split_totals[k]) for i, k in enumerate(SPLITS)}
+        return evaluate_logits({k: (logits[r], self.labels[r]) for k, r in self.split_rows.items()})
 
 
 # ------------------------------------------------------------------------------------------------

@@ -8,10 +8,11 @@ never the whole graph or feature file).  One training iteration on every rank:
    partitioning, DistDGLv2 §4.1.2) or, with ``two_level=false``, the
    training vertices of its whole machine (level-1 part) split randomly among
    the machine's ranks (the "METIS only" baseline of Fig. 10).  An epoch
-   covers every training vertex once: every rank runs the same number of
-   iterations ``max_r ceil(n_r / batch_size)`` and cuts its shuffled targets
-   into that many near-equal batches, so the global batch is ``P x`` the local
-   one;
+   covers every training vertex once: ``batch_size`` is the GLOBAL mini-batch
+   ``B``, every rank runs the same number of iterations ``ceil(N / B)`` (``N``
+   training vertices over all ranks) and cuts its ``n_r`` shuffled targets into
+   that many near-equal batches, so its share is about ``B n_r / N`` (``B / P``
+   on a balanced partition);
 2. **sample** — :class:`~gnnflow.distributed.dist_sampler.DistNeighborSampler`
    (owners sample their vertices, §4.2.2) or, with ``replicate_structure``,
    the full CSR locally;
@@ -251,7 +252,7 @@ class MiniBatchStrategy(Strategy):
             target_counts = [int(c.item()) for c in allc]
         else:
             target_counts = [n_local]
-        nb = max(1, max(math.ceil(c / self.cfg.batch_size) for c in target_counts))
+        nb = max(1, math.ceil(sum(target_counts) / self.cfg.batch_size))  # batch_size: the global mini-batch
         return nb, target_counts
 
     def global_batch_sizes(self) -> np.ndarray:
@@ -293,13 +294,12 @@ class MiniBatchStrategy(Strategy):
         return FeatureStore(self.part, self.node_part, stats=self.load_stats, group=group)
 
     def build_model(self) -> None:
-        from gnnflow.nn import build_model
+        from gnnflow.nn import build_model_from_config
         from gnnflow.strategies.common import make_optimizer, seed_everything
 
         cfg = self.cfg
         seed_everything(cfg.seed)
-        net = build_model(cfg.model, self.in_dim, cfg.hidden, self.num_classes, cfg.num_layers,
-                          cfg.dropout, cfg.heads).to(self.ctx.device)
+        net = build_model_from_config(cfg, self.in_dim, self.num_classes).to(self.ctx.device)
         _, size = world()
         if size > 1:  # identical initial weights everywhere, whatever the local RNG did
             for p in net.parameters():
@@ -522,18 +522,17 @@ class MiniBatchStrategy(Strategy):
                                    group=self.part_group)
 
     def evaluate(self) -> dict[str, float]:
+        """Accuracies and losses per split over every rank's inner vertices (collective)."""
+        from gnnflow.strategies.metrics import evaluate_logits
+
         logits = self.inference().cpu()
-        pred = logits.argmax(1).numpy()
-        labels = np.asarray(self.part.labels)
-        counts = []
+        labels = torch.from_numpy(np.asarray(self.part.labels, dtype=np.int64))
+        per_split = {}
         for split in SPLITS:
-            ids = np.asarray(getattr(self.part, f"{split}_idx"), dtype=np.int64)
-            pos = self.part.global_to_local(ids)
-            counts += [float((pred[pos] == labels[pos]).sum()), float(ids.shape[0])]
-        t = torch.tensor(counts, dtype=torch.float64)
-        if world()[1] > 1:
-            dist.all_reduce(t)
-        return {f"{s}_acc": float(t[2 * i] / max(1.0, float(t[2 * i + 1]))) for i, s in enumerate(SPLITS)}
+            pos = torch.from_numpy(self.part.global_to_local(np.asarray(getattr(self.part, f"{split}_idx"),
+                                                                          dtype=np.int64)))
+            per_split[split] = (logits[pos], labels[pos])
+        return evaluate_logits(per_split)
 
     def helper_pids(self) -> dict[str, int]:
         return {"sampler": int(self.sampler_proc.proc.pid)} if self.sampler_proc is not None else {}

@@ -107,17 +107,42 @@ def partial_first_layer(conv: nn.Module, block: Block, x_cols: torch.Tensor, col
                       f"supported: {', '.join(t.__name__ for t in (*AFFINE, *PROJECTED))}")
 
 
+def drop_input_columns(net: nn.Module, x_cols: torch.Tensor) -> torch.Tensor:
+    """Layer 0's input dropout (the model's ``input_dropout``, GAT's ``feat_drop``) on this rank's
+    feature columns: element-wise, so a mask per column slice is a mask of the whole input."""
+    x_cols = net.input_dropout(x_cols)
+    feat_drop = getattr(net.layers[0], "feat_drop", None)
+    return feat_drop(x_cols) if feat_drop is not None else x_cols
+
+
+@contextlib.contextmanager
+def _input_dropout_done(net: nn.Module) -> Iterator[None]:
+    """Layer 0 without its input dropouts (:func:`drop_input_columns` applied them to the columns)."""
+    conv = net.layers[0]
+    saved = net.input_dropout, getattr(conv, "feat_drop", None)
+    net.input_dropout = nn.Identity()
+    if saved[1] is not None:
+        conv.feat_drop = nn.Identity()
+    try:
+        yield
+    finally:
+        net.input_dropout = saved[0]
+        if saved[1] is not None:
+            conv.feat_drop = saved[1]
+
+
 def finish_first_layer(net: nn.Module, block: Block, summed: torch.Tensor) -> torch.Tensor:
     """Layer 0's output (activation, dropout, heads as ``layer_step``) from the summed partials."""
     conv = net.layers[0]
-    if type(conv) in PROJECTED:
-        name = PROJECTED[type(conv)]
-        eye = torch.eye(summed.shape[1], dtype=summed.dtype, device=summed.device)
-        out = functional_call(conv, {name: eye}, (block, summed))
-    else:
-        out = summed
-    with _conv_replaced(net, 0, _Given()):
-        return net.layer_step(0, block, out)
+    with _input_dropout_done(net):
+        if type(conv) in PROJECTED:
+            name = PROJECTED[type(conv)]
+            eye = torch.eye(summed.shape[1], dtype=summed.dtype, device=summed.device)
+            out = functional_call(conv, {name: eye}, (block, summed))
+        else:
+            out = summed
+        with _conv_replaced(net, 0, _Given()):
+            return net.layer_step(0, block, out)
 
 
 class PushPull(MiniBatchStrategy):
@@ -199,7 +224,7 @@ class PushPull(MiniBatchStrategy):
         conv = net.layers[0]
         firsts, inputs = mb.meta["first_blocks"], mb.meta["column_inputs"]
         cols = self.cols.to(self.ctx.device)
-        partials = [partial_first_layer(conv, b, x, cols, with_bias=(q == rank))
+        partials = [partial_first_layer(conv, b, drop_input_columns(net, x), cols, with_bias=(q == rank))
                     for q, (b, x) in enumerate(zip(firsts, inputs, strict=True))]
         shape = partials[rank].shape[1:]
         flat = torch.cat([p.reshape(p.shape[0], -1) for p in partials], 0)

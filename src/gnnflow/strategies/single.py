@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from gnnflow.config import TrainConfig
 from gnnflow.data.store import GraphStore, open_store
 from gnnflow.errors import ConfigError
-from gnnflow.nn import build_model
+from gnnflow.nn import build_model_from_config
 from gnnflow.results.schema import Recorder
 from gnnflow.sampling import Block, NeighborSampler, full_blocks
 from gnnflow.strategies.base import RankContext, Strategy
@@ -56,6 +56,10 @@ class SingleProcess(Strategy):
     name: ClassVar[str] = "single"
     distributed: ClassVar[bool] = False
 
+    @classmethod
+    def batch_shares(cls, cfg: TrainConfig) -> dict[str, float] | None:
+        return None if truthy(cfg.options.get("full_batch", False)) else super().batch_shares(cfg)
+
     def __init__(self, cfg: TrainConfig, ctx: RankContext | None = None) -> None:
         super().__init__(cfg, ctx or RankContext())
         self.full_batch = truthy(cfg.options.get("full_batch", False))
@@ -73,8 +77,7 @@ class SingleProcess(Strategy):
             raise ConfigError(f"graph {cfg.graph}: has no features.npy; training needs vertex features")
         self.graph = graph = model_graph(store, cfg)  # A or A + I, as every strategy builds it
         seed_everything(cfg.seed)
-        self.model = build_model(cfg.model, store.feature_dim, cfg.hidden, store.num_classes, cfg.num_layers,
-                                 cfg.dropout, cfg.heads).to(self.ctx.device)
+        self.model = build_model_from_config(cfg, store.feature_dim, store.num_classes).to(self.ctx.device)
         self.optimizer = make_optimizer(self.model, cfg)
         self.labels = torch.from_numpy(np.array(store.labels, dtype=np.int64))
         self.train_ids = torch.from_numpy(np.array(store.train_idx, dtype=np.int64))

@@ -176,12 +176,10 @@ class SplitParallel(MiniBatchStrategy):
         self.node_part_t = as_long_tensor(self.node_part)
         self.train_ids = as_long_tensor(open_store(self.graph_path).train_idx)
         self.target_ids = np.asarray(self.part.train_idx, dtype=np.int64)  # the targets this rank can own
-        # as many iterations as data parallelism on the same partition (max_r ceil(n_r / batch_size)),
-        # so an iteration covers the same number of targets, ~batch_size per rank; with several
-        # groups each part's targets are shared by num_groups ranks
+        # batch_size is the global mini-batch: ceil(N / batch_size) iterations, as data parallelism
+        # and single-process training take on the same training set
         _, self.target_counts = self._plan_batches(len(self.target_ids))
-        self.num_batches = max(1, max(math.ceil(c / (cfg.batch_size * self.num_groups))
-                                      for c in self.target_counts))
+        self.num_batches = max(1, math.ceil(len(self.train_ids) / cfg.batch_size))
         # the sample stage may run on a pipeline thread: it gets its own groups
         if self.num_groups == 1:
             self.groups = stage_groups(("sample",))
@@ -298,6 +296,8 @@ class SplitParallel(MiniBatchStrategy):
 
     @torch.no_grad()
     def split_evaluate(self, chunk: int = 8192) -> dict[str, float]:
+        from gnnflow.strategies.metrics import evaluate_logits
+
         assert self.net is not None
         net = self.net
         was = net.training
@@ -307,23 +307,20 @@ class SplitParallel(MiniBatchStrategy):
         every = np.concatenate(list(ids.values()))
         rounds = torch.tensor([math.ceil(every.shape[0] / chunk)], dtype=torch.int64)
         dist.all_reduce(rounds, op=dist.ReduceOp.MAX, group=self.shuffle_group)
-        pred = np.empty(every.shape[0], dtype=np.int64)
+        logits = []
         for j in range(int(rounds)):
             mine = torch.from_numpy(every[j * chunk:(j + 1) * chunk])
             sample = sp_sample(full, mine)
             x = self.graph.load_features(sample.input_ids).to(self.ctx.device)
             sample = sample.to(self.ctx.device)
-            pred[j * chunk:j * chunk + mine.numel()] = sp_forward(net, sample, x, group=self.shuffle_group).argmax(1).cpu().numpy()
+            logits.append(sp_forward(net, sample, x, group=self.shuffle_group).cpu())
         net.train(was)
-        labels = self.graph.load_labels(torch.from_numpy(every)).numpy()
-        counts, start = [], 0
-        for s in SPLITS:
-            n = ids[s].shape[0]
-            counts += [float((pred[start:start + n] == labels[start:start + n]).sum()), float(n)]
-            start += n
-        t = torch.tensor(counts, dtype=torch.float64)
-        dist.all_reduce(t, group=self.shuffle_group)
-        return {f"{s}_acc": float(t[2 * i] / max(1.0, float(t[2 * i + 1]))) for i, s in enumerate(SPLITS)}
+        every_logits = torch.cat(logits)[: every.shape[0]]
+        labels = self.graph.load_labels(torch.from_numpy(every))
+        bounds = np.cumsum([0] + [ids[s].shape[0] for s in SPLITS])
+        per_split = {s: (every_logits[bounds[i]:bounds[i + 1]], labels[bounds[i]:bounds[i + 1]])
+                     for i, s in enumerate(SPLITS)}
+        return evaluate_logits(per_split, group=self.shuffle_group)
 
 
 # ------------------------------------------------------------------ verification
