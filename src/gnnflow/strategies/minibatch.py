@@ -83,6 +83,7 @@ from gnnflow.distributed.pipeline import (
     stats_totals,
 )
 from gnnflow.errors import ConfigError
+from gnnflow.io import ticking
 from gnnflow.results.schema import Recorder
 from gnnflow.strategies.base import RankContext, Strategy
 
@@ -441,7 +442,10 @@ class MiniBatchStrategy(Strategy):
             # one schedule from this epoch to the last: the pipeline runs across epoch boundaries
             self.pipeline = self.make_pipeline(epoch, max(1, self.cfg.epochs - epoch)).start()
         losses = []
-        for _ in range(self.num_batches):
+        batches: Any = range(self.num_batches)
+        if world()[0] == 0:  # long epochs log their progress from rank 0
+            batches = ticking(batches, f"{self.cfg.strategy} epoch {epoch}: batch", self.num_batches)
+        for _ in batches:
             try:
                 mb = self.pipeline.get()
             except StopIteration:  # more epochs than scheduled (driver ran past cfg.epochs)
