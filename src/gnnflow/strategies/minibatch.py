@@ -35,7 +35,7 @@ inner vertices' representations and fetches its halo rows from their owners
 returns the same global accuracies.
 
 Options (``cfg.options``): ``pipeline`` (bool, default true),
-``capacities`` ("25,5,1"), ``pipeline_mib`` (512: bytes the batches in flight may
+``capacities`` ("25,5,1"), ``pipeline_mib`` (256: MiB the batches in flight may
 hold), ``replicate_structure`` (false), ``two_level``
 (true), ``cache_rows`` (0: rows of hot remote features cached, chosen from
 ``presample_batches`` (8) presampled batches), ``ddp`` (false).  The model
