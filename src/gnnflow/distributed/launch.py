@@ -26,7 +26,11 @@ where the outer launcher owns the other ranks).
   (or ``GNNFLOW_IFNAME``), and rank 0 holds the store bound to that address.
 
 Every collective has the process-group timeout (``GNNFLOW_DIST_TIMEOUT``
-seconds, default 60), so a rank that dies makes the others fail rather than hang.
+seconds, default 600), so a rank that dies makes the others fail rather than
+hang even without a launcher watching.  The launcher's heartbeats find a dead
+or stopped rank much sooner (``GNNFLOW_STALL_TIMEOUT``); the collective timeout
+only has to outlast the longest honest wait of a rank on a slower peer (a
+products-sized evaluation layer on a loaded host took more than 60 s).
 """
 
 from __future__ import annotations
@@ -73,8 +77,8 @@ from gnnflow.strategies.base import RankContext
 log = logging.getLogger("gnnflow.distributed")
 
 def dist_timeout_s() -> float:
-    """Seconds a collective waits before it fails (``GNNFLOW_DIST_TIMEOUT``, default 60)."""
-    return env_seconds("GNNFLOW_DIST_TIMEOUT", 60.0)
+    """Seconds a collective waits before it fails (``GNNFLOW_DIST_TIMEOUT``, default 600)."""
+    return env_seconds("GNNFLOW_DIST_TIMEOUT", 600.0)
 
 
 def free_port(address: str = LOOPBACK) -> int:
