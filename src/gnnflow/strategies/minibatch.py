@@ -70,7 +70,15 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from gnnflow.distributed.comm import CommStats, all_reduce_gradients, alltoallv, world
+from gnnflow.distributed.comm import (
+    CommStats,
+    all_gather,
+    all_reduce_gradients,
+    alltoallv,
+    broadcast,
+    world,
+)
+from gnnflow.distributed.devices import COMPUTE, HOST
 from gnnflow.distributed.dist_sampler import make_sampler, presample_input_counts, sample_minibatch
 from gnnflow.distributed.feature_store import FeatureStore
 from gnnflow.distributed.pipeline import (
@@ -248,7 +256,7 @@ class MiniBatchStrategy(Strategy):
         counts = torch.tensor([n_local], dtype=torch.int64)
         if size > 1:
             allc = [torch.zeros_like(counts) for _ in range(size)]
-            dist.all_gather(allc, counts)
+            all_gather(allc, counts, HOST)
             target_counts = [int(c.item()) for c in allc]
         else:
             target_counts = [n_local]
@@ -303,7 +311,7 @@ class MiniBatchStrategy(Strategy):
         _, size = world()
         if size > 1:  # identical initial weights everywhere, whatever the local RNG did
             for p in net.parameters():
-                dist.broadcast(p.data, 0)
+                broadcast(p.data, 0, COMPUTE)
         self.net = net
         if self.use_ddp and size > 1:
             self.model = torch.nn.parallel.DistributedDataParallel(net)
@@ -501,9 +509,9 @@ class MiniBatchStrategy(Strategy):
             owner = np.asarray(self.node_part[halo], dtype=np.int64)
             order = np.argsort(owner, kind="stable")
             counts = np.bincount(owner, minlength=world(group)[1]).tolist()
-            ids_in = alltoallv(list(torch.split(torch.from_numpy(halo[order]), counts)), group=group)
+            ids_in = alltoallv(list(torch.split(torch.from_numpy(halo[order]), counts)), group=group, kind=HOST)
             deg_in = alltoallv(list(torch.split(torch.from_numpy(partial[n_in:][order]), counts)),
-                               recv_counts=[int(t.numel()) for t in ids_in], group=group)
+                               recv_counts=[int(t.numel()) for t in ids_in], group=group, kind=HOST)
             np.add.at(out_inner, part.global_to_local(torch.cat(ids_in).numpy()), torch.cat(deg_in).numpy())
         in_deg = np.diff(np.asarray(part.indptr, dtype=np.int64))
         # float32 rows (exact below 2**24) so they travel through the feature store
