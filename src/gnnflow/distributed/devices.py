@@ -114,8 +114,21 @@ def placement_device(kind: str, compute: torch.device | None = None) -> torch.de
     raise ValueError(f"unknown tensor kind {kind!r} (one of {KINDS})")
 
 
-def _same_device(a: torch.device, b: torch.device) -> bool:
-    return a.type == b.type and (a.type != "cuda" or (a.index or 0) == (b.index or 0))
+def placement_problem(kind: str, tensor_device: torch.device | str, compute: torch.device | str,
+                      backend: str | None) -> str | None:
+    """Why a ``kind`` tensor on ``tensor_device`` may not enter a collective of a group with
+    ``backend`` on a rank computing on ``compute`` (None when it may): it is not where its kind
+    lives (a bookkeeping tensor on a GPU, a payload left on the host, another rank's GPU), or no
+    backend of the group carries its device (a CPU tensor under plain NCCL)."""
+    have, want = torch.device(tensor_device), placement_device(kind, torch.device(compute))
+    if have.type != want.type or (have.type == "cuda" and (have.index or 0) != (want.index or 0)):
+        return f"a {kind} tensor on {have}, expected {want}"
+    if backend is not None:
+        try:
+            backend_for(have, backend)
+        except PlacementError as exc:
+            return str(exc)
+    return None
 
 
 def group_backend(group: Any = None) -> str | None:
@@ -128,26 +141,38 @@ def group_backend(group: Any = None) -> str | None:
 def check_placement(kind: str, op: str, tensors: Iterable[torch.Tensor], group: Any = None) -> None:
     """Raise :class:`PlacementError` unless every tensor of collective ``op`` is on ``kind``'s device
     and ``group`` has a backend for it; log the call when ``GNNFLOW_PLACEMENT_LOG`` is set."""
-    want = placement_device(kind)
+    placement_device(kind)  # a known kind, even without tensors
     devices = [t.device for t in tensors]
     backend = group_backend(group)
     for d in devices:
-        if not _same_device(d, want):
-            raise PlacementError(f"{op} at {_call_site()}: a {kind} tensor on {d}, expected {want}")
-        if backend is not None:
-            backend_for(d, backend)
+        problem = placement_problem(kind, d, _compute, backend)
+        if problem:
+            raise PlacementError(f"{op} at {_call_site()}: {problem}")
     log_dir = os.environ.get(PLACEMENT_LOG_ENV)
     if log_dir:
         _log(Path(log_dir), {"site": _call_site(), "op": op, "kind": kind,
                              "devices": sorted({str(d) for d in devices}), "backend": backend})
 
 
+# the thin wrappers of gnnflow.distributed.comm, whose tensors' kind their caller chooses
+_WRAPPERS = {"all_reduce", "all_gather", "broadcast", "all_to_all_single", "exchange_point_to_point",
+             "alltoallv", "start_alltoallv", "all_to_all_rows", "AllToAllRows.forward"}
+
+
 def _call_site() -> str:
-    """``module:qualname`` of the first caller outside the collective wrappers."""
-    f = sys._getframe(1)
-    skip = {__name__, "gnnflow.distributed.comm"}
-    while f is not None and f.f_globals.get("__name__") in skip:
+    """``module:qualname`` of the first caller outside the thin collective wrappers (and torch's
+    autograd machinery); the outermost wrapper when there is none (a backward run by autograd)."""
+    f, last = sys._getframe(1), None
+    while f is not None:
+        module = str(f.f_globals.get("__name__"))
+        if module == "gnnflow.distributed.comm":
+            last = f
+            if f.f_code.co_qualname not in _WRAPPERS:
+                break
+        elif module != __name__ and not module.startswith("torch."):
+            break
         f = f.f_back
+    f = f or last
     if f is None:
         return "?"
     return f"{f.f_globals.get('__name__')}:{f.f_code.co_qualname}"
