@@ -84,6 +84,7 @@ from gnnflow.distributed.feature_store import FeatureStore
 from gnnflow.distributed.pipeline import (
     DEFAULT_CAPACITIES,
     DEFAULT_MAX_BYTES,
+    DeviceCopier,
     MiniBatch,
     MiniBatchPipeline,
     add_stats_delta,
@@ -176,6 +177,7 @@ class MiniBatchStrategy(Strategy):
         #: the process group whose rank i holds part i (None: all ranks; split groups have their own)
         self.part_group: Any = None
         self.pipeline: MiniBatchPipeline | None = None
+        self._copier: DeviceCopier | None = None
         self.net: torch.nn.Module | None = None  # the plain GNN (self.model may be its DDP wrapper)
         self.sample_stats: CommStats | None = None
         self.load_stats: CommStats | None = None
@@ -370,14 +372,21 @@ class MiniBatchStrategy(Strategy):
         for b in mb.blocks:
             b.src_deg, b.dst_deg = deg[: b.num_src, 1], deg[: b.num_dst, 0]
 
+    def copy_inputs(self, mb: MiniBatch) -> None:
+        """Input rows and labels to the device through the pinned buffers and copy stream of
+        :class:`~gnnflow.distributed.pipeline.DeviceCopier` (one per strategy, made on first use)."""
+        if self._copier is None:
+            self._copier = DeviceCopier(self.ctx.device)
+        assert mb.inputs is not None
+        moved = self._copier({"inputs": mb.inputs} | ({} if mb.labels is None else {"labels": mb.labels}))
+        mb.inputs, mb.labels = moved["inputs"], moved.get("labels")
+
     def device_stage(self, mb: MiniBatch) -> MiniBatch:
         dev = self.ctx.device
         if dev.type != "cpu":
             assert mb.blocks is not None and mb.inputs is not None
-            mb.blocks = [b.to(dev) for b in mb.blocks]
-            mb.inputs = mb.inputs.pin_memory().to(dev, non_blocking=True)
-            if mb.labels is not None:
-                mb.labels = mb.labels.to(dev, non_blocking=True)
+            mb.blocks = [b.to(dev) for b in mb.blocks]  # ids and CSR: small, on the default stream
+            self.copy_inputs(mb)
         return mb
 
     def train_batch_counting(self, mb: MiniBatch, rec: Recorder, stats: CommStats, stage: str) -> float:
