@@ -42,7 +42,7 @@ import torch.distributed as dist
 from gnnflow.distributed.comm import all_reduce, world
 from gnnflow.distributed.devices import HOST
 from gnnflow.distributed.feature_store import FeatureStore
-from gnnflow.io import release_pages
+from gnnflow.io import release_pages, ticking
 from gnnflow.sampling import Block
 
 
@@ -165,7 +165,10 @@ def layerwise_inference(net: Any, part: Any, node_part: np.ndarray, device: torc
             step = _chunk_rows(n_in, part.num_edges, dim)
             chunks = [np.arange(s, min(s + step, n_in), dtype=np.int64) for s in range(0, n_in, step)]
             store = FeatureStore(part, node_part, local_rows=table, group=group)
-            for c in range(_rounds(len(chunks), group)):
+            rounds: Any = range(_rounds(len(chunks), group))
+            if world()[0] == 0:
+                rounds = ticking(rounds, f"evaluation, layer {layer + 1}/{net.num_layers}: chunk", len(rounds))
+            for c in rounds:
                 if c >= len(chunks):  # this rank is done; it still serves its peers' requests
                     store.fetch(np.zeros(0, dtype=np.int64))
                     continue

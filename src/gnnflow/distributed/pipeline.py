@@ -19,7 +19,7 @@ threads joined by bounded queues:
 On the CPU the device copy is nothing, and its thread and queue are left out.
 
 The queues are bounded in count (DistDGLv2's capacities) and in bytes
-(``max_bytes``, default 384 MiB, the ``pipeline_mib`` option).  Each stage has
+(``max_bytes``, default 256 MiB, the ``pipeline_mib`` option).  Each stage has
 a budget for the bytes IT added to the batches in flight (queued downstream or
 being trained on; an eighth of ``max_bytes`` for the sampler's blocks, all of
 it for the loaded rows and the device copies): a stage that has produced a
@@ -72,7 +72,7 @@ from gnnflow.distributed.comm import world
 from gnnflow.errors import DistributedError
 
 DEFAULT_CAPACITIES = (25, 5, 1)
-DEFAULT_MAX_BYTES = 384 << 20
+DEFAULT_MAX_BYTES = 256 << 20
 #: share of ``max_bytes`` each stage's additions may take (sampled blocks, loaded rows, device copies)
 STAGE_SHARES = {"sample": 0.125, "load": 1.0, "device": 1.0}
 _DONE = object()

@@ -35,7 +35,7 @@ inner vertices' representations and fetches its halo rows from their owners
 returns the same global accuracies.
 
 Options (``cfg.options``): ``pipeline`` (bool, default true),
-``capacities`` ("25,5,1"), ``pipeline_mib`` (512: bytes the batches in flight may
+``capacities`` ("25,5,1"), ``pipeline_mib`` (256: MiB the batches in flight may
 hold), ``replicate_structure`` (false), ``two_level``
 (true), ``cache_rows`` (0: rows of hot remote features cached, chosen from
 ``presample_batches`` (8) presampled batches), ``ddp`` (false).  The model
@@ -92,6 +92,7 @@ from gnnflow.distributed.pipeline import (
     stats_totals,
 )
 from gnnflow.errors import ConfigError
+from gnnflow.io import ticking
 from gnnflow.results.schema import Recorder
 from gnnflow.strategies.base import RankContext, Strategy
 
@@ -458,7 +459,10 @@ class MiniBatchStrategy(Strategy):
             # one schedule from this epoch to the last: the pipeline runs across epoch boundaries
             self.pipeline = self.make_pipeline(epoch, max(1, self.cfg.epochs - epoch)).start()
         losses = []
-        for _ in range(self.num_batches):
+        batches: Any = range(self.num_batches)
+        if world()[0] == 0:  # long epochs log their progress from rank 0
+            batches = ticking(batches, f"{self.cfg.strategy} epoch {epoch}: batch", self.num_batches)
+        for _ in batches:
             try:
                 mb = self.pipeline.get()
             except StopIteration:  # more epochs than scheduled (driver ran past cfg.epochs)
