@@ -39,7 +39,8 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from gnnflow.distributed.comm import world
+from gnnflow.distributed.comm import all_reduce, world
+from gnnflow.distributed.devices import HOST
 from gnnflow.distributed.feature_store import FeatureStore
 from gnnflow.io import release_pages, ticking
 from gnnflow.sampling import Block
@@ -107,7 +108,7 @@ def _rounds(n_chunks: int, group: Any) -> int:
     if world(group)[1] == 1:
         return n_chunks
     t = torch.tensor([n_chunks], dtype=torch.int64)
-    dist.all_reduce(t, op=dist.ReduceOp.MAX, group=group)
+    all_reduce(t, HOST, op=dist.ReduceOp.MAX, group=group)
     return int(t.item())
 
 

@@ -139,6 +139,45 @@ class MiniBatch:
 Stage = Callable[[MiniBatch], MiniBatch | None]
 
 
+class DeviceCopier:
+    """The device stage's host-to-device copies (DistDGLv2 §4.2.1: one data copy per byte).
+
+    Each named tensor is copied into a pinned host buffer that is reused from batch to batch
+    (grown when a batch needs more; no fresh ``pin_memory()`` per batch), then to the device
+    on the copier's own CUDA stream, so the copy overlaps the training thread's kernels.  A
+    call returns when its copies are done (it waits on its stream only), so the buffers can
+    be refilled and the training thread may use the result on any stream; the copies are
+    marked as used by the device's default stream for the caching allocator.  On a CPU
+    device the tensors are returned as they are.
+    """
+
+    def __init__(self, device: torch.device | str) -> None:
+        self.device = torch.device(device)
+        self.stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
+        self._pinned: dict[str, torch.Tensor] = {}
+
+    def _staging(self, name: str, t: torch.Tensor) -> torch.Tensor:
+        need = t.numel() * t.element_size()
+        buf = self._pinned.get(name)
+        if buf is None or buf.numel() < need:
+            size = max(need, 2 * buf.numel() if buf is not None else 0)
+            buf = self._pinned[name] = torch.empty(size, dtype=torch.uint8, pin_memory=True)
+        return buf[:need].view(t.dtype).view(t.shape)
+
+    def __call__(self, tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        if self.stream is None:
+            return {k: t.to(self.device) for k, t in tensors.items()}
+        out = {}
+        with torch.cuda.stream(self.stream):
+            for name, t in tensors.items():
+                host = self._staging(name, t)
+                host.copy_(t)
+                out[name] = host.to(self.device, non_blocking=True)
+                out[name].record_stream(torch.cuda.default_stream(self.device))
+        self.stream.synchronize()
+        return out
+
+
 def stage_groups(names: Iterable[str] = ("sample", "load")) -> dict[str, Any]:
     """One process group over all ranks per collective-issuing stage (None with one rank).
 

@@ -70,12 +70,21 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from gnnflow.distributed.comm import CommStats, all_reduce_gradients, alltoallv, world
+from gnnflow.distributed.comm import (
+    CommStats,
+    all_gather,
+    all_reduce_gradients,
+    alltoallv,
+    broadcast,
+    world,
+)
+from gnnflow.distributed.devices import COMPUTE, HOST
 from gnnflow.distributed.dist_sampler import make_sampler, presample_input_counts, sample_minibatch
 from gnnflow.distributed.feature_store import FeatureStore
 from gnnflow.distributed.pipeline import (
     DEFAULT_CAPACITIES,
     DEFAULT_MAX_BYTES,
+    DeviceCopier,
     MiniBatch,
     MiniBatchPipeline,
     add_stats_delta,
@@ -169,6 +178,7 @@ class MiniBatchStrategy(Strategy):
         #: the process group whose rank i holds part i (None: all ranks; split groups have their own)
         self.part_group: Any = None
         self.pipeline: MiniBatchPipeline | None = None
+        self._copier: DeviceCopier | None = None
         self.net: torch.nn.Module | None = None  # the plain GNN (self.model may be its DDP wrapper)
         self.sample_stats: CommStats | None = None
         self.load_stats: CommStats | None = None
@@ -249,7 +259,7 @@ class MiniBatchStrategy(Strategy):
         counts = torch.tensor([n_local], dtype=torch.int64)
         if size > 1:
             allc = [torch.zeros_like(counts) for _ in range(size)]
-            dist.all_gather(allc, counts)
+            all_gather(allc, counts, HOST)
             target_counts = [int(c.item()) for c in allc]
         else:
             target_counts = [n_local]
@@ -304,7 +314,7 @@ class MiniBatchStrategy(Strategy):
         _, size = world()
         if size > 1:  # identical initial weights everywhere, whatever the local RNG did
             for p in net.parameters():
-                dist.broadcast(p.data, 0)
+                broadcast(p.data, 0, COMPUTE)
         self.net = net
         if self.use_ddp and size > 1:
             self.model = torch.nn.parallel.DistributedDataParallel(net)
@@ -363,14 +373,21 @@ class MiniBatchStrategy(Strategy):
         for b in mb.blocks:
             b.src_deg, b.dst_deg = deg[: b.num_src, 1], deg[: b.num_dst, 0]
 
+    def copy_inputs(self, mb: MiniBatch) -> None:
+        """Input rows and labels to the device through the pinned buffers and copy stream of
+        :class:`~gnnflow.distributed.pipeline.DeviceCopier` (one per strategy, made on first use)."""
+        if self._copier is None:
+            self._copier = DeviceCopier(self.ctx.device)
+        assert mb.inputs is not None
+        moved = self._copier({"inputs": mb.inputs} | ({} if mb.labels is None else {"labels": mb.labels}))
+        mb.inputs, mb.labels = moved["inputs"], moved.get("labels")
+
     def device_stage(self, mb: MiniBatch) -> MiniBatch:
         dev = self.ctx.device
         if dev.type != "cpu":
             assert mb.blocks is not None and mb.inputs is not None
-            mb.blocks = [b.to(dev) for b in mb.blocks]
-            mb.inputs = mb.inputs.pin_memory().to(dev, non_blocking=True)
-            if mb.labels is not None:
-                mb.labels = mb.labels.to(dev, non_blocking=True)
+            mb.blocks = [b.to(dev) for b in mb.blocks]  # ids and CSR: small, on the default stream
+            self.copy_inputs(mb)
         return mb
 
     def train_batch_counting(self, mb: MiniBatch, rec: Recorder, stats: CommStats, stage: str) -> float:
@@ -505,9 +522,9 @@ class MiniBatchStrategy(Strategy):
             owner = np.asarray(self.node_part[halo], dtype=np.int64)
             order = np.argsort(owner, kind="stable")
             counts = np.bincount(owner, minlength=world(group)[1]).tolist()
-            ids_in = alltoallv(list(torch.split(torch.from_numpy(halo[order]), counts)), group=group)
+            ids_in = alltoallv(list(torch.split(torch.from_numpy(halo[order]), counts)), group=group, kind=HOST)
             deg_in = alltoallv(list(torch.split(torch.from_numpy(partial[n_in:][order]), counts)),
-                               recv_counts=[int(t.numel()) for t in ids_in], group=group)
+                               recv_counts=[int(t.numel()) for t in ids_in], group=group, kind=HOST)
             np.add.at(out_inner, part.global_to_local(torch.cat(ids_in).numpy()), torch.cat(deg_in).numpy())
         in_deg = np.diff(np.asarray(part.indptr, dtype=np.int64))
         # float32 rows (exact below 2**24) so they travel through the feature store
