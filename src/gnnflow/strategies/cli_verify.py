@@ -43,6 +43,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "4,3 for split; -1 = full neighbourhood)")
     parser.add_argument("--split-group-size", type=int, default=None,
                         help="split: ranks per split group, data-parallel across groups (GSplit §6.4)")
+    from gnnflow.distributed.launch import add_node_arguments
+
+    add_node_arguments(parser)
     parser.add_argument("--json", action="store_true", help="print the whole result as one JSON object")
 
 
@@ -53,7 +56,10 @@ def _fmt(d: dict[str, float]) -> str:
 def main(args: argparse.Namespace) -> int:
     if args.workers < 1:
         raise ConfigError(f"--workers must be >= 1, got {args.workers}")
+    from gnnflow.distributed.launch import apply_node_arguments
+
     fn = verifier(args.strategy)
+    apply_node_arguments(args)
     if args.model is None:
         import inspect
 
