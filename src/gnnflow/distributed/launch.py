@@ -516,12 +516,18 @@ class _Watch:
         if self.spec is None:
             return
         store = self.monitor.store
+        deadline = time.monotonic() + timeout_s
         try:
             store.add("gnnflow/collected", 1)
             if self.spec.node_rank == 0:
-                deadline = time.monotonic() + timeout_s
                 while int(store.add("gnnflow/collected", 0)) < self.spec.nnodes and time.monotonic() < deadline:
                     time.sleep(0.1)
+                return
+            # the others return once host 0's store has gone, so that a next run_ranks of the same
+            # program (verify runs several) cannot reach this run's store on the same port
+            while time.monotonic() < deadline:
+                store.check(["gnnflow/collected"])
+                time.sleep(0.1)
         except Exception:
             pass
 

@@ -127,6 +127,21 @@ def _plan_tables(cfg: TrainConfig, part: Any, node_part: np.ndarray, rank: int, 
     return got[0]
 
 
+def _check_one_host() -> None:
+    """The swap baseline exchanges through one host's shared memory (§3): refuse ranks on
+    several hosts rather than read another host's (absent) buffers.  Collective."""
+    import socket
+
+    if not dist.is_initialized() or dist.get_world_size() == 1:
+        return
+    hosts: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(hosts, socket.gethostname())
+    if len(set(hosts)) > 1:
+        raise ConfigError(f"--opt planner=swap exchanges through one host's shared memory, but the ranks run "
+                          f"on {len(set(hosts))} hosts ({', '.join(sorted(set(hosts)))}); use planner spst or "
+                          "p2p across hosts")
+
+
 def _local_degrees(part: Any, node_part: np.ndarray, table: Any, world_size: int) -> tuple[np.ndarray, np.ndarray]:
     """Whole-graph in-degrees of the inner vertices and out-degrees of the local (inner, then
     halo) vertices, counted from the parts; the halo's come from their owners through the plan
@@ -176,6 +191,8 @@ class PlannedHalo(FullBatchBase):
         if self.planner == "replication":
             self._prepare_replication(book)
         else:
+            if self.planner == "swap":
+                _check_one_host()
             self.table, self.plan_s = _plan_tables(self.cfg, part, book.node_part, rank, p, self.planner)
             if not (np.array_equal(self.table.inner_ids, part.inner_ids)
                     and np.array_equal(self.table.halo_ids, part.halo_ids)):
