@@ -597,6 +597,8 @@ class _Watch:
         if lagging:
             r = lagging[0]
             self._raise(f"rank {r} fell behind: the others gave up waiting for it{self._on(r)}" + self._others(r))
+        if not self.errors:  # a rank looked stopped but beats again (a long call on a busy host): watch on
+            return
         i = min(self.errors)
         r = self.ranks[i]
         raise DistributedError(f"rank {r} failed: {self.errors[i]}{self._at(r)}" + self._others(r))
