@@ -36,3 +36,20 @@ def test_bench_data_parallel_reports_both_distdgl_rows(tmp_path, no_leftovers):
     # the same number of batches per rank and epoch on both sides (up to how each splits targets)
     its = r["iterations_per_rank"]
     assert max(abs(a - b) for a in its["ours"] for b in its["distdgl"]) <= 1 and min(its["distdgl"]) > 0
+    # per-stage profiles of both sides: the training thread's stages add up to the epoch
+    for name in ("ours", "distdgl", "distdgl_no_samplers"):
+        prof = r["profiles"][name]
+        assert sum(prof["critical"].values()) == pytest.approx(prof["epoch_s"], rel=1e-6)
+        assert prof["critical"]["forward_backward"] > 0
+    assert r["profiles"]["ours"]["background"]["sample"] > 0  # the pipeline's sampler thread
+    assert r["profiles"]["distdgl"]["critical"]["sample"] > 0
+    assert "per-stage profile" in r["summary"]
+
+
+def test_stage_profile_splits_an_epoch():
+    from gnnflow.bench.data_parallel import CRITICAL, stage_profile
+
+    p = stage_profile({"wait": 0.5, "forward_backward": 2.0, "allreduce": 0.25, "step": 0.25, "sample": 3.0},
+                      4.0, CRITICAL["ours"])
+    assert p["critical"] == {"wait": 0.5, "forward_backward": 2.0, "allreduce": 0.25, "step": 0.25, "other": 1.0}
+    assert p["background"] == {"sample": 3.0}

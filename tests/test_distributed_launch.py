@@ -20,7 +20,7 @@ def _exchange(ctx):
     # rank r sends (p + 1) rows of value 10*r + p to rank p
     send = [torch.full((p + 1, 2), float(10 * rank + p)) for p in range(size)]
     stats = CommStats(size)
-    recv = alltoallv(send, stats)
+    recv = alltoallv(send, stats, kind="host")
     return [t[:, 0].tolist() for t in recv], stats.total_sent
 
 
@@ -41,7 +41,7 @@ def _shuffle_grad(ctx, skip_backward: bool):
     send_index = [torch.tensor([i - ctx.rank * 4 for i in need if i // 4 == ctx.rank]) for _ in range(2)]
     recv_counts = [sum(1 for i in need if i // 4 == q) for q in range(2)]
     if skip_backward:
-        got = torch.cat(alltoallv([own.detach()[i] for i in send_index], recv_counts=recv_counts))
+        got = torch.cat(alltoallv([own.detach()[i] for i in send_index], recv_counts=recv_counts, kind="compute"))
         got = got + 0 * own.sum()
     else:
         got = all_to_all_rows(own, send_index, recv_counts)

@@ -95,3 +95,18 @@ def test_rank_peak_rss_is_well_under_graph_size(tmp_path):
           f"{[tuple(round(r[k] / 2**20) for k in ('peak', 'sampler_peak', 'pss')) for r in res]} MiB; "
           f"max (rank + sampler peaks) / graph = {both:.3f}; max (rank + sampler PSS) / graph = {pss:.3f}")
     assert pss < 1.0, pss
+
+
+def test_ticking_logs_long_loops_only(caplog):
+    """Rank 0's in-epoch progress: a line per interval with the count and time left; none for a
+    loop shorter than the interval."""
+    import logging
+
+    from gnnflow.io import ticking
+
+    with caplog.at_level(logging.INFO, logger="gnnflow"):
+        assert list(ticking(range(5), "quick", 5, every_s=3600)) == [0, 1, 2, 3, 4]
+        assert not caplog.records
+        assert list(ticking(range(4), "epoch 0: batch", 4, every_s=0)) == [0, 1, 2, 3]
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 3 and lines[0].startswith("epoch 0: batch: 1/4, ") and "left" in lines[0]

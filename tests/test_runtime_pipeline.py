@@ -95,11 +95,11 @@ def _collectives_rank(ctx):
     size = ctx.world_size
 
     def sample(mb):
-        got = alltoallv([mb.targets.clone() for _ in range(size)], group=groups["sample"])
+        got = alltoallv([mb.targets.clone() for _ in range(size)], group=groups["sample"], kind="host")
         mb.blocks = [torch.cat(got)]
 
     def load(mb):
-        got = alltoallv([mb.blocks[0] * 10 for _ in range(size)], group=groups["load"])
+        got = alltoallv([mb.blocks[0] * 10 for _ in range(size)], group=groups["load"], kind="host")
         mb.inputs = torch.cat(got)
 
     rng = np.random.default_rng(ctx.rank)

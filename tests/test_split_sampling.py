@@ -30,7 +30,7 @@ def _sample_rank(ctx, parts: int, targets: np.ndarray):
     replay_ok = []
     for block, frontier, sh in zip(sample.blocks, sample.frontiers[:-1], sample.shuffle, strict=True):
         # replaying the shuffle index with vertex ids rebuilds the mixed frontier exactly
-        got = alltoallv([frontier[i] for i in sh.send_index], recv_counts=sh.recv_counts)
+        got = alltoallv([frontier[i] for i in sh.send_index], recv_counts=sh.recv_counts, kind="host")
         mixed = torch.cat([frontier, *got])[sh.gather_index]
         replay_ok.append(bool(torch.equal(mixed, block.src_ids)))
     edges = [(b.dst_ids[b.edge_dst()].numpy(), b.src_ids[b.indices].numpy(), b.dst_ids.numpy()) for b in sample.blocks]

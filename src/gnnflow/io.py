@@ -159,6 +159,22 @@ def progress(iterable: Iterable[T], desc: str, total: int | None = None) -> Iter
     return _plain_progress(iterable, desc, total)
 
 
+def ticking(iterable: Iterable[T], desc: str, total: int, every_s: float | None = None) -> Iterator[T]:
+    """``iterable`` with a log line at most every ``every_s`` seconds (``GNNFLOW_PROGRESS_S``,
+    default 30): ``desc: i/total, t s, about r s left``.  Quiet when the loop is shorter than
+    that, so short runs print nothing extra; for the long loops of a rank (an epoch's batches,
+    a layer of evaluation) on a large graph, which would otherwise print nothing for minutes."""
+    if every_s is None:
+        every_s = float(os.environ.get("GNNFLOW_PROGRESS_S", "30"))
+    t0 = last = time.perf_counter()
+    for i, item in enumerate(iterable, 1):
+        yield item
+        now = time.perf_counter()
+        if now - last >= every_s and i < total:
+            last = now
+            log.info("%s: %d/%d, %.0f s, about %.0f s left", desc, i, total, now - t0, (now - t0) * (total - i) / i)
+
+
 def _plain_progress(iterable: Iterable[T], desc: str, total: int | None) -> Iterator[T]:
     step = max(1, (total or 0) // 10) if total else None
     t0 = last = time.perf_counter()

@@ -46,6 +46,8 @@ import torch
 import torch.distributed as dist
 
 from gnnflow.bench.ratios import context, headline, operand, ratio
+from gnnflow.distributed.comm import all_reduce
+from gnnflow.distributed.devices import HOST
 from gnnflow.strategies.base import RankContext
 
 #: context only (never a ratio's operand): DGCL Table 8, SPST planning seconds with 8 GPUs
@@ -109,8 +111,8 @@ def _time_rank(ctx: RankContext, configs: list[list[Any]], dim: int, repeats: in
             graph_allgather(x, table)
             wall = torch.tensor([time.perf_counter() - t0], dtype=torch.float64)
             cpu = torch.tensor([time.process_time() - c0], dtype=torch.float64)
-            dist.all_reduce(wall, op=dist.ReduceOp.MAX)  # the allgather ends with its slowest rank
-            dist.all_reduce(cpu)  # CPU seconds of all ranks (gloo threads included)
+            all_reduce(wall, HOST, op=dist.ReduceOp.MAX)  # the allgather ends with its slowest rank
+            all_reduce(cpu, HOST)  # CPU seconds of all ranks (gloo threads included)
             if k:
                 times[c][0].append(float(wall))
                 times[c][1].append(float(cpu))

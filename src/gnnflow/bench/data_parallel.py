@@ -18,6 +18,14 @@ epoch and rank (the same batch count on both sides, ±1 from how each splits
 the training vertices) and test accuracy after the last epoch are reported as
 checks that both trained the same amount.
 
+The output ends in a per-stage profile of each system (rank 0, last epoch):
+the stages its training thread waits on, in order (ours with the pipeline:
+waiting for the next batch, forward/backward, gradient all-reduce, optimizer
+step; DistDGL: the data loader's ``next`` (sampling, or waiting on its
+sampler processes), the remote feature pull, forward/backward with DDP's
+all-reduce, step), the unaccounted rest as ``other``, and beside it the
+stages that overlapped training (our pipeline's sampling and loading threads).
+
 Each rank gets ``--threads`` torch threads (default 1; DGL's servers and
 sampler processes run with one OMP thread each), so P ranks fit the cores.
 """
@@ -86,6 +94,29 @@ def train_and_time(ctx: Any, strategy: str, cfg_dict: dict[str, Any], threads: i
             "extra": extra, "shm_run": getattr(s, "run", None)}
 
 
+#: stages a rank's training thread waits on (the rest of a pipelined rank's stages run beside it)
+CRITICAL = {"ours": ("wait", "forward_backward", "allreduce", "step"),
+            "ours_inline": ("sample", "load", "device_copy", "forward_backward", "allreduce", "step"),
+            "distdgl": ("sample", "load", "forward_backward", "step")}
+
+
+def stage_profile(times: dict[str, float], epoch_s: float, critical: tuple[str, ...]) -> dict[str, Any]:
+    """One epoch of one rank split into stages: the training thread's stages (``critical``, in
+    order) with the unaccounted rest as ``other`` (Python between stages, evaluation of the
+    loss, idle), and the stages that ran beside it (the pipeline's sampler and loader threads)
+    as ``background``; seconds per epoch."""
+    on_path = {k: float(times.get(k, 0.0)) for k in critical}
+    on_path["other"] = max(0.0, epoch_s - sum(on_path.values()))
+    background = {k: float(v) for k, v in times.items() if k not in critical}
+    return {"epoch_s": epoch_s, "critical": on_path, "background": background}
+
+
+def format_profile(name: str, profile: dict[str, Any]) -> str:
+    crit = ", ".join(f"{k} {v:.3f}" for k, v in profile["critical"].items())
+    back = ", ".join(f"{k} {v:.3f}" for k, v in sorted(profile["background"].items()))
+    return f"  {name}: epoch {profile['epoch_s']:.3f} s = {crit}" + (f"; beside it: {back}" if back else "")
+
+
 def _run_system(strategy: str, cfg_dict: dict[str, Any], args: Any) -> dict[str, Any]:
     from gnnflow.distributed.launch import run_ranks
 
@@ -93,7 +124,10 @@ def _run_system(strategy: str, cfg_dict: dict[str, Any], args: Any) -> dict[str,
                     threads_per_rank=args.threads)
     per_epoch = [max(r["epoch_s"][e] for r in res) for e in range(len(res[0]["epoch_s"]))]
     timed = per_epoch[1:] or per_epoch
-    return {"epoch_s": statistics.median(timed), "epochs": per_epoch, "test_acc": res[0]["acc"]["test_acc"],
+    side = "distdgl" if strategy == "distdgl" else \
+        "ours" if cfg_dict.get("options", {}).get("pipeline", True) else "ours_inline"
+    return {"epoch_s": statistics.median(timed),
+            "profile": stage_profile(res[0]["times"][-1], res[0]["epoch_s"][-1], CRITICAL[side]), "epochs": per_epoch, "test_acc": res[0]["acc"]["test_acc"],
             "prepare_s": max(r["prepare_s"] for r in res), "rank0_times": res[0]["times"][-1],
             "iterations_per_rank": [r["iterations"][-1] for r in res],
             "sampler_processes": int(res[0]["extra"].get("dgl_sampler_processes", 0)),
@@ -150,7 +184,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                f"{acc['ours']:.4f}, DistDGL {acc['distdgl']:.4f} / {acc['distdgl_no_samplers']:.4f}; "
                f"workers={args.workers}, model={args.model}, hidden={args.hidden}, fanouts={args.fanouts}, "
                f"batch={args.batch_size}, pipeline={not args.no_pipeline}, repeats={args.repeats}")
-    result = {"summary": summary, "ours": runs["ours"], "distdgl": runs["distdgl"],
+    summary += "\nper-stage profile, rank 0, last epoch of the last repeat (s):\n" + "\n".join(
+        format_profile(systems[name][2], rs[-1]["profile"]) for name, rs in runs.items())
+    result = {"summary": summary, "profiles": {name: rs[-1]["profile"] for name, rs in runs.items()}, "ours": runs["ours"], "distdgl": runs["distdgl"],
               "distdgl_no_samplers": runs["distdgl_no_samplers"], "ours_epoch_s": med["ours"],
               "distdgl_epoch_s": med["distdgl"], "distdgl_no_samplers_epoch_s": med["distdgl_no_samplers"],
               "ratio_samplers_on": ratios[1]["value"], "ratio_samplers_off": ratios[2]["value"],

@@ -46,9 +46,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-import torch.distributed as dist
 
-from gnnflow.distributed.comm import CommStats, PendingAllToAll, start_alltoallv, world
+from gnnflow.distributed.comm import CommStats, PendingAllToAll, all_gather, start_alltoallv, world
+from gnnflow.distributed.devices import COMPUTE, HOST
 from gnnflow.distributed.hec import EmbeddingCache
 from gnnflow.errors import ConfigError
 
@@ -211,7 +211,7 @@ class EmbeddingPush:
         st.eligible += int(self.holders[solid_local].any(1).sum())
         sel = self.select(solid_local)
         send = [pack_rows(self.inner_ids[solid_local[idx]], emb[idx]) for idx in sel]
-        pending = start_alltoallv(send, self.comm)
+        pending = start_alltoallv(send, self.comm, kind=COMPUTE)
         row_bytes = send[0].element_size() * send[0].shape[1]
         remote_sent = sum(int(s.shape[0]) for q, s in enumerate(send) if q != self.rank)
         st.pushed += remote_sent
@@ -279,16 +279,16 @@ def build_db_halo(inner_ids: torch.Tensor, remote_halo_ids: list[torch.Tensor]) 
 def exchange_halo_ids(halo_ids: torch.Tensor) -> list[torch.Tensor]:
     """Algorithm 1's ``Bcast(hv)``: every rank's halo id list, on every rank (all-gather)."""
     rank, size = world()
-    halo_ids = torch.as_tensor(halo_ids, dtype=torch.int64).contiguous()
+    halo_ids = torch.as_tensor(halo_ids, dtype=torch.int64).cpu().contiguous()
     if size == 1:
         return [halo_ids]
     counts = [torch.zeros(1, dtype=torch.int64) for _ in range(size)]
-    dist.all_gather(counts, torch.tensor([halo_ids.numel()], dtype=torch.int64))
+    all_gather(counts, torch.tensor([halo_ids.numel()], dtype=torch.int64), HOST)
     n_max = max(int(c) for c in counts)
     buf = torch.full((n_max,), -1, dtype=torch.int64)
     buf[: halo_ids.numel()] = halo_ids
     gathered = [torch.empty(n_max, dtype=torch.int64) for _ in range(size)]
-    dist.all_gather(gathered, buf)
+    all_gather(gathered, buf, HOST)
     return [gathered[q][: int(counts[q])] for q in range(size)]
 
 

@@ -31,7 +31,8 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from gnnflow.distributed.comm import CommStats
+from gnnflow.distributed.comm import CommStats, exchange_point_to_point
+from gnnflow.distributed.devices import COMPUTE
 from gnnflow.distributed.plan import CommRelation, RankTable
 from gnnflow.distributed.processes import run_shm_dir
 
@@ -103,10 +104,7 @@ def _compiled(table: RankTable) -> _Compiled:
 
 def _exchange(sends: list[tuple[int, torch.Tensor]], recvs: list[tuple[int, torch.Tensor]], tag: int,
               stats: AllgatherStats | None) -> None:
-    reqs = [dist.irecv(buf, peer, tag=tag) for peer, buf in recvs]
-    reqs += [dist.isend(buf, peer, tag=tag) for peer, buf in sends]
-    for r in reqs:
-        r.wait()
+    exchange_point_to_point(sends, recvs, COMPUTE, tag)
     if stats is not None:
         sent = [0] * stats.world_size
         got = [0] * stats.world_size

@@ -21,6 +21,8 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from gnnflow.distributed.comm import all_reduce, exchange_point_to_point
+from gnnflow.distributed.devices import COMPUTE, HOST
 from gnnflow.distributed.topology import load_topology, preset_names, write_topology
 from gnnflow.errors import ConfigError
 from gnnflow.strategies.base import RankContext
@@ -43,10 +45,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def _pair_time(rank: int, src: int, dst: int, buf: torch.Tensor, rbuf: torch.Tensor) -> float:
     dist.barrier()
     t0 = time.perf_counter()
-    if rank == src:
-        dist.send(buf, dst)
-    elif rank == dst:
-        dist.recv(rbuf, src)
+    exchange_point_to_point([(dst, buf)] if rank == src else [], [(src, rbuf)] if rank == dst else [], COMPUTE)
     return time.perf_counter() - t0
 
 
@@ -64,18 +63,16 @@ def _probe_rank(ctx: RankContext, nbytes: int, repeats: int) -> dict[str, Any]:
             ts = [_pair_time(rank, i, j, buf, rbuf) for _ in range(repeats)]
             if rank == j:  # the receiver's clock sees the whole transfer
                 pair[i, j] = n * 4 / float(np.median(ts)) / 1e9
-    dist.all_reduce(pair)
+    all_reduce(pair, HOST)
     rbufs = [torch.empty(n, device=ctx.device) for _ in range(p)]
     ts = []
     for k in range(repeats + 1):
         dist.barrier()
         t0 = time.perf_counter()
-        reqs = [dist.irecv(rbufs[q], q) for q in range(p) if q != rank]
-        reqs += [dist.isend(buf, q) for q in range(p) if q != rank]
-        for r in reqs:
-            r.wait()
+        exchange_point_to_point([(q, buf) for q in range(p) if q != rank],
+                                [(q, rbufs[q]) for q in range(p) if q != rank], COMPUTE)
         dt = torch.tensor([time.perf_counter() - t0], dtype=torch.float64)
-        dist.all_reduce(dt, op=dist.ReduceOp.MAX)
+        all_reduce(dt, HOST, op=dist.ReduceOp.MAX)
         if k:
             ts.append(float(dt))
     agg = p * (p - 1) * n * 4 / float(np.median(ts)) / 1e9

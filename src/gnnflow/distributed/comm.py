@@ -9,6 +9,11 @@
 
 With one rank (or no process group) every call is the identity, so single-
 process code paths need no special case.
+
+Every collective of the code base goes through this module, and each call names the kind of
+its tensors (``HOST`` bookkeeping or ``COMPUTE`` payload, :mod:`gnnflow.distributed.devices`):
+the tensors are checked to be on that kind's device, so under ``cpu:gloo,cuda:nccl`` the
+bookkeeping goes over gloo and the payload over NCCL.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from gnnflow.distributed.devices import COMPUTE, HOST, backend_for, check_placement, group_backend
 from gnnflow.distributed.watchdog import note_progress
 
 
@@ -66,6 +72,57 @@ class CommStats:
         self.calls = 0
 
 
+def all_reduce(t: torch.Tensor, kind: str, op: Any = dist.ReduceOp.SUM, group: Any = None) -> None:
+    """``dist.all_reduce`` of a ``kind`` tensor (in place)."""
+    check_placement(kind, "all_reduce", [t], group)
+    dist.all_reduce(t, op=op, group=group)
+
+
+def all_gather(out: list[torch.Tensor], t: torch.Tensor, kind: str, group: Any = None) -> None:
+    """``dist.all_gather`` of a ``kind`` tensor into ``out``."""
+    check_placement(kind, "all_gather", [t, *out], group)
+    dist.all_gather(out, t, group=group)
+
+
+def broadcast(t: torch.Tensor, src: int, kind: str, group: Any = None, async_op: bool = False) -> Any:
+    """``dist.broadcast`` of a ``kind`` tensor from ``src``."""
+    check_placement(kind, "broadcast", [t], group)
+    return dist.broadcast(t, src=src, group=group, async_op=async_op)
+
+
+def all_to_all_single(recv: torch.Tensor, send: torch.Tensor, kind: str, group: Any = None,
+                      async_op: bool = False, **splits: Any) -> Any:
+    """``dist.all_to_all_single`` of ``kind`` tensors (``splits``: its split-size arguments)."""
+    check_placement(kind, "all_to_all_single", [recv, send], group)
+    return dist.all_to_all_single(recv, send, group=group, async_op=async_op, **splits)
+
+
+def exchange_point_to_point(sends: list[tuple[int, torch.Tensor]], recvs: list[tuple[int, torch.Tensor]],
+                            kind: str, tag: int = 0) -> None:
+    """Send ``(peer, tensor)`` of ``sends`` and receive into ``recvs`` as one batch of point-to-point
+    operations (``dist.batch_isend_irecv``: NCCL posts them as one group, so no pair of ranks waits
+    on each other's order); returns when all are done.  Where gloo carries CUDA tensors (ranks
+    sharing a GPU) the tensors are staged through the host, since gloo sends host memory only."""
+    tensors = [t for _, t in sends] + [t for _, t in recvs]
+    check_placement(kind, "batch_isend_irecv", tensors)
+    if not tensors:
+        return
+    dev = tensors[0].device
+    staged = dev.type == "cuda" and backend_for(dev, group_backend() or "gloo") == "gloo"
+    if staged:
+        sends = [(p, t.cpu()) for p, t in sends]
+        host_recvs = [(p, torch.empty_like(t, device="cpu")) for p, t in recvs]
+    else:
+        host_recvs = recvs
+    ops = [dist.P2POp(dist.irecv, t, p, tag=tag) for p, t in host_recvs]
+    ops += [dist.P2POp(dist.isend, t, p, tag=tag) for p, t in sends]
+    for work in dist.batch_isend_irecv(ops):
+        work.wait()
+    if staged:
+        for (_, t), (_, h) in zip(recvs, host_recvs, strict=True):
+            t.copy_(h)
+
+
 def exchange_counts(counts: list[int] | torch.Tensor, group: Any = None) -> list[int]:
     """Send ``counts[p]`` to rank p; return what every peer sent to this rank.
 
@@ -80,7 +137,7 @@ def exchange_counts(counts: list[int] | torch.Tensor, group: Any = None) -> list
     if size == 1:
         return send.tolist()
     recv = torch.empty_like(send)
-    dist.all_to_all_single(recv, send, group=group)
+    all_to_all_single(recv, send, HOST, group)
     return recv.tolist()
 
 
@@ -104,6 +161,8 @@ def start_alltoallv(
     stats: CommStats | None = None,
     recv_counts: list[int] | None = None,
     group: Any = None,
+    *,
+    kind: str,
 ) -> PendingAllToAll:
     """Non-blocking :func:`alltoallv`: counts are exchanged now (unless given), rows are in
     flight until :meth:`PendingAllToAll.wait`.  A collective: every rank calls it in the
@@ -122,8 +181,8 @@ def start_alltoallv(
     tail = tuple(ref.shape[1:])
     flat_send = torch.cat([t.reshape(t.shape[0], *tail) for t in send], 0).contiguous()
     recv = torch.empty((sum(recv_counts), *tail), dtype=ref.dtype, device=ref.device)
-    work = dist.all_to_all_single(recv, flat_send, output_split_sizes=recv_counts,
-                                  input_split_sizes=send_counts, group=group, async_op=True)
+    work = all_to_all_single(recv, flat_send, kind, group, async_op=True, output_split_sizes=recv_counts,
+                             input_split_sizes=send_counts)
     if stats is not None:
         row_bytes = ref.element_size() * (int(torch.tensor(tail).prod().item()) if tail else 1)
         stats.add([c * row_bytes for c in send_counts], [c * row_bytes for c in recv_counts])
@@ -135,16 +194,20 @@ def alltoallv(
     stats: CommStats | None = None,
     recv_counts: list[int] | None = None,
     group: Any = None,
+    *,
+    kind: str,
 ) -> list[torch.Tensor]:
     """Send ``send[p]`` (rows) to rank p; return the list of rows received from each peer.
 
-    All tensors share dtype and trailing shape.  ``recv_counts`` skips the count
-    exchange when the caller already knows it (e.g. a precomputed shuffle index).
-    ``group`` as in :func:`exchange_counts` (a group over all ranks, same rank order).
+    All tensors share dtype and trailing shape, and live where ``kind`` says (``HOST`` or
+    ``COMPUTE``, :mod:`gnnflow.distributed.devices`); the counts go over the host.
+    ``recv_counts`` skips the count exchange when the caller already knows it (e.g. a
+    precomputed shuffle index).  ``group`` as in :func:`exchange_counts` (a group over all
+    ranks, same rank order).
     """
     if world(group)[1] == 1:
         return list(send)
-    return start_alltoallv(send, stats, recv_counts, group).wait()
+    return start_alltoallv(send, stats, recv_counts, group, kind=kind).wait()
 
 
 def exchange_rows_in_rounds(
@@ -173,7 +236,7 @@ def exchange_rows_in_rounds(
     rounds = torch.tensor([max(1, -(-need // max(1, max_bytes)))], dtype=torch.int64)
     note_progress()
     if size > 1:
-        dist.all_reduce(rounds, op=dist.ReduceOp.MAX, group=group)
+        all_reduce(rounds, HOST, op=dist.ReduceOp.MAX, group=group)
     rounds_n = int(rounds.item())
     for j in range(rounds_n):
         s_lo = [c * j // rounds_n for c in send_counts]
@@ -190,7 +253,7 @@ def exchange_rows_in_rounds(
             at += s_n[p]
         recv = torch.empty((sum(r_n), *row_shape), dtype=torch.float32)
         if size > 1:
-            dist.all_to_all_single(recv, flat, output_split_sizes=r_n, input_split_sizes=s_n, group=group)
+            all_to_all_single(recv, flat, HOST, group, output_split_sizes=r_n, input_split_sizes=s_n)
         else:
             recv.copy_(flat)
         if stats is not None:
@@ -220,14 +283,14 @@ class AllToAllRows(torch.autograd.Function):
         ctx.num_rows = x.shape[0]
         ctx.stats = stats
         ctx.group = group
-        parts = alltoallv([x[idx] for idx in send_index], stats, recv_counts, group)
+        parts = alltoallv([x[idx] for idx in send_index], stats, recv_counts, group, kind=COMPUTE)
         return torch.cat(parts, 0)
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):  # type: ignore[override]
         send_counts = [int(i.numel()) for i in ctx.send_index]
         back = alltoallv(list(torch.split(grad.contiguous(), ctx.recv_counts, 0)), ctx.stats, send_counts,
-                         ctx.group)
+                         ctx.group, kind=COMPUTE)
         gx = grad.new_zeros((ctx.num_rows, *grad.shape[1:]))
         for idx, g in zip(ctx.send_index, back, strict=True):
             gx.index_add_(0, idx, g)
@@ -250,7 +313,7 @@ def all_reduce_gradients(module: torch.nn.Module, average: bool = True) -> None:
     if not grads:
         return
     flat = torch.cat([g.reshape(-1) for g in grads])
-    dist.all_reduce(flat)
+    all_reduce(flat, COMPUTE)
     if average:
         flat /= size
     offset = 0
@@ -276,9 +339,9 @@ def part_degrees(part: Any, node_part: Any, group: Any = None) -> tuple[np.ndarr
         owner = np.asarray(node_part[halo], dtype=np.int64)
         order = np.argsort(owner, kind="stable")
         counts = np.bincount(owner, minlength=world(group)[1]).tolist()
-        ids_in = alltoallv(list(torch.split(torch.from_numpy(halo[order]), counts)), group=group)
+        ids_in = alltoallv(list(torch.split(torch.from_numpy(halo[order]), counts)), group=group, kind=HOST)
         deg_in = alltoallv(list(torch.split(torch.from_numpy(partial[n_in:][order]), counts)),
-                           recv_counts=[int(t.numel()) for t in ids_in], group=group)
+                           recv_counts=[int(t.numel()) for t in ids_in], group=group, kind=HOST)
         np.add.at(out_inner, part.global_to_local(torch.cat(ids_in).numpy()), torch.cat(deg_in).numpy())
     in_deg = np.diff(np.asarray(part.indptr, dtype=np.int64))
     return in_deg, out_inner

@@ -36,6 +36,7 @@ import numpy as np
 import torch
 
 from gnnflow.distributed.comm import CommStats, alltoallv, world
+from gnnflow.distributed.devices import HOST
 from gnnflow.distributed.pipeline import MiniBatch, add_stats_delta, stats_totals
 from gnnflow.errors import ConfigError
 from gnnflow.sampling import NeighborSampler, csr_sample_neighbors
@@ -102,15 +103,15 @@ class DistNeighborSampler(LayerwiseSampler):
         order = remote[np.argsort(owner[remote], kind="stable")]
         send_counts = np.bincount(owner[remote], minlength=self.world_size)
         requests = alltoallv(list(torch.split(torch.from_numpy(frontier[order]), send_counts.tolist())),
-                             self.stats, group=self.group)
+                             self.stats, group=self.group, kind=HOST)
         served = [self._sample_own(req.numpy(), fanout, layer) if p != self.rank else
                   (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
                   for p, req in enumerate(requests)]
         reply_counts = alltoallv([torch.from_numpy(c) for c, _ in served], self.stats,
-                                 recv_counts=send_counts.tolist(), group=self.group)
+                                 recv_counts=send_counts.tolist(), group=self.group, kind=HOST)
         per_peer_edges = [int(c.sum()) for c in reply_counts]
         reply_src = alltoallv([torch.from_numpy(s) for _, s in served], self.stats,
-                              recv_counts=per_peer_edges, group=self.group)
+                              recv_counts=per_peer_edges, group=self.group, kind=HOST)
         rcounts = torch.cat(reply_counts).numpy()
         rsrc = torch.cat(reply_src).numpy()
         self.remote_seeds += int(order.size)

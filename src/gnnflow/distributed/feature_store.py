@@ -34,6 +34,7 @@ import numpy as np
 import torch
 
 from gnnflow.distributed.comm import CommStats, alltoallv, exchange_rows_in_rounds, world
+from gnnflow.distributed.devices import HOST
 from gnnflow.errors import ConfigError
 
 Rows = np.ndarray | torch.Tensor
@@ -180,7 +181,7 @@ class FeatureStore:
         order = np.argsort(owner, kind="stable")
         counts = np.bincount(owner, minlength=self.world_size)
         send_ids = torch.split(torch.from_numpy(ids[order]), counts.tolist())
-        requests = alltoallv(list(send_ids), self.stats, group=self.group)
+        requests = alltoallv(list(send_ids), self.stats, group=self.group, kind=HOST)
         positions = []
         for peer, req in enumerate(requests):
             pos = self.part.global_to_local(req.numpy()) if peer != self.rank else np.zeros(0, dtype=np.int64)

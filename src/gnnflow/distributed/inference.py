@@ -39,9 +39,10 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from gnnflow.distributed.comm import world
+from gnnflow.distributed.comm import all_reduce, world
+from gnnflow.distributed.devices import HOST
 from gnnflow.distributed.feature_store import FeatureStore
-from gnnflow.io import release_pages
+from gnnflow.io import release_pages, ticking
 from gnnflow.sampling import Block
 
 
@@ -107,7 +108,7 @@ def _rounds(n_chunks: int, group: Any) -> int:
     if world(group)[1] == 1:
         return n_chunks
     t = torch.tensor([n_chunks], dtype=torch.int64)
-    dist.all_reduce(t, op=dist.ReduceOp.MAX, group=group)
+    all_reduce(t, HOST, op=dist.ReduceOp.MAX, group=group)
     return int(t.item())
 
 
@@ -164,7 +165,10 @@ def layerwise_inference(net: Any, part: Any, node_part: np.ndarray, device: torc
             step = _chunk_rows(n_in, part.num_edges, dim)
             chunks = [np.arange(s, min(s + step, n_in), dtype=np.int64) for s in range(0, n_in, step)]
             store = FeatureStore(part, node_part, local_rows=table, group=group)
-            for c in range(_rounds(len(chunks), group)):
+            rounds: Any = range(_rounds(len(chunks), group))
+            if world()[0] == 0:
+                rounds = ticking(rounds, f"evaluation, layer {layer + 1}/{net.num_layers}: chunk", len(rounds))
+            for c in rounds:
                 if c >= len(chunks):  # this rank is done; it still serves its peers' requests
                     store.fetch(np.zeros(0, dtype=np.int64))
                     continue

@@ -35,6 +35,11 @@ where the outer launcher owns the other ranks).
   Under both, every rank talks over the interface that routes to the master
   (or ``GNNFLOW_IFNAME``), and rank 0 holds the store bound to that address.
 
+On ``--device cuda`` each rank computes on ``cuda:<local rank>`` (``LOCAL_RANK``,
+``SLURM_LOCALID`` or the local launcher's rank index, made the current CUDA device) and the
+default group is ``cpu:gloo,cuda:nccl`` (``cpu:gloo,cuda:gloo`` when ranks share a GPU, which
+NCCL refuses); see :mod:`gnnflow.distributed.devices`.
+
 Every collective has the process-group timeout (``GNNFLOW_DIST_TIMEOUT``
 seconds, default 60), so a rank that dies makes the others fail rather than hang.
 """
@@ -61,6 +66,7 @@ import torch
 import torch.distributed as dist
 
 from gnnflow.config import env_seconds
+from gnnflow.distributed import devices
 from gnnflow.distributed.network import (
     LOOPBACK,
     connect_store,
@@ -196,14 +202,18 @@ def _slurm_master() -> tuple[str, int]:
     return host, port
 
 
-def default_backend(device: str) -> str:
-    return "nccl" if device.startswith("cuda") else "gloo"
+def _gpus() -> int:
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def default_backend(device: str, ranks_on_host: int = 1) -> str:
+    """The default group's backend for ``ranks_on_host`` ranks of this host on ``device``."""
+    return devices.default_backend(device, -(-ranks_on_host // max(1, _gpus())))
 
 
 def _device_for(rank_local: int, device: str) -> torch.device:
-    if device.startswith("cuda"):
-        return torch.device("cuda", rank_local % max(1, torch.cuda.device_count()))
-    return torch.device(device)
+    """This rank's compute device, made current (:func:`gnnflow.distributed.devices.set_rank_device`)."""
+    return devices.set_rank_device(devices.rank_device(rank_local, device, _gpus()))
 
 
 def init_group(rank: int, world_size: int, store: Any, backend: str, timeout_s: float) -> None:
@@ -243,9 +253,9 @@ def _rank_entry(
     heartbeat = None
     try:
         heartbeat = Heartbeat(connect_store(addr, port, world_size, timeout_s), rank)
-        init_group(rank, world_size, connect_store(addr, port, world_size, timeout_s), backend, timeout_s)
         ctx = RankContext(rank=rank, world_size=world_size, device=_device_for(local_rank, device),
                           local_rank=local_rank)
+        init_group(rank, world_size, connect_store(addr, port, world_size, timeout_s), backend, timeout_s)
         result = fn(ctx, *args)
         if nodes() is not None:  # the other hosts' launchers read it from the store
             connect_store(addr, port, world_size, timeout_s).set(
@@ -282,9 +292,10 @@ def run_ranks(
 
     ``fn`` must be importable (a module-level function) for the local spawner.
     """
-    backend = backend or default_backend(device)
     timeout_s = dist_timeout_s() if timeout_s is None else timeout_s
     launcher = external_launcher()
+    ranks_on_host = int(os.environ.get("LOCAL_WORLD_SIZE", "1")) if launcher else world_size
+    backend = backend or default_backend(device, ranks_on_host)
     if launcher is not None:
         return [_run_external(launcher, fn, args, device, backend, timeout_s)]
     spec = nodes()
@@ -297,12 +308,12 @@ def _run_external(launcher: str, fn: Callable[..., Any], args: tuple[Any, ...], 
                   backend: str, timeout_s: float) -> Any:
     if launcher == "torchrun":
         rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-        local = int(os.environ.get("LOCAL_RANK", rank))
+        local = devices.local_rank(rank)
         master, port = os.environ.get("MASTER_ADDR", LOOPBACK), int(os.environ.get("MASTER_PORT", "29500"))
         agent_store = os.environ.get("TORCHELASTIC_USE_AGENT_STORE", "").lower() == "true"
     else:
         rank, world = int(os.environ["SLURM_PROCID"]), int(os.environ["SLURM_NTASKS"])
-        local = int(os.environ.get("SLURM_LOCALID", rank))
+        local = devices.local_rank(rank)
         master, port = _slurm_master()
         agent_store = False
     tune_allocator()
@@ -318,10 +329,10 @@ def _run_external(launcher: str, fn: Callable[..., Any], args: tuple[Any, ...], 
         store = bound.store
     else:
         store = connect_store(resolve(master), port, world, timeout_s)
+    ctx = RankContext(rank=rank, world_size=world, device=_device_for(local, device), local_rank=local)
     init_group(rank, world, store, backend, timeout_s)
     try:
-        return fn(RankContext(rank=rank, world_size=world, device=_device_for(local, device), local_rank=local),
-                  *args)
+        return fn(ctx, *args)
     finally:
         dist.destroy_process_group()
         if bound is not None:

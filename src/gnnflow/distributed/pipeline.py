@@ -19,7 +19,7 @@ threads joined by bounded queues:
 On the CPU the device copy is nothing, and its thread and queue are left out.
 
 The queues are bounded in count (DistDGLv2's capacities) and in bytes
-(``max_bytes``, default 384 MiB, the ``pipeline_mib`` option).  Each stage has
+(``max_bytes``, default 256 MiB, the ``pipeline_mib`` option).  Each stage has
 a budget for the bytes IT added to the batches in flight (queued downstream or
 being trained on; an eighth of ``max_bytes`` for the sampler's blocks, all of
 it for the loaded rows and the device copies): a stage that has produced a
@@ -72,7 +72,7 @@ from gnnflow.distributed.comm import world
 from gnnflow.errors import DistributedError
 
 DEFAULT_CAPACITIES = (25, 5, 1)
-DEFAULT_MAX_BYTES = 384 << 20
+DEFAULT_MAX_BYTES = 256 << 20
 #: share of ``max_bytes`` each stage's additions may take (sampled blocks, loaded rows, device copies)
 STAGE_SHARES = {"sample": 0.125, "load": 1.0, "device": 1.0}
 _DONE = object()
@@ -137,6 +137,45 @@ class MiniBatch:
 
 
 Stage = Callable[[MiniBatch], MiniBatch | None]
+
+
+class DeviceCopier:
+    """The device stage's host-to-device copies (DistDGLv2 §4.2.1: one data copy per byte).
+
+    Each named tensor is copied into a pinned host buffer that is reused from batch to batch
+    (grown when a batch needs more; no fresh ``pin_memory()`` per batch), then to the device
+    on the copier's own CUDA stream, so the copy overlaps the training thread's kernels.  A
+    call returns when its copies are done (it waits on its stream only), so the buffers can
+    be refilled and the training thread may use the result on any stream; the copies are
+    marked as used by the device's default stream for the caching allocator.  On a CPU
+    device the tensors are returned as they are.
+    """
+
+    def __init__(self, device: torch.device | str) -> None:
+        self.device = torch.device(device)
+        self.stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
+        self._pinned: dict[str, torch.Tensor] = {}
+
+    def _staging(self, name: str, t: torch.Tensor) -> torch.Tensor:
+        need = t.numel() * t.element_size()
+        buf = self._pinned.get(name)
+        if buf is None or buf.numel() < need:
+            size = max(need, 2 * buf.numel() if buf is not None else 0)
+            buf = self._pinned[name] = torch.empty(size, dtype=torch.uint8, pin_memory=True)
+        return buf[:need].view(t.dtype).view(t.shape)
+
+    def __call__(self, tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        if self.stream is None:
+            return {k: t.to(self.device) for k, t in tensors.items()}
+        out = {}
+        with torch.cuda.stream(self.stream):
+            for name, t in tensors.items():
+                host = self._staging(name, t)
+                host.copy_(t)
+                out[name] = host.to(self.device, non_blocking=True)
+                out[name].record_stream(torch.cuda.default_stream(self.device))
+        self.stream.synchronize()
+        return out
 
 
 def stage_groups(names: Iterable[str] = ("sample", "load")) -> dict[str, Any]:

@@ -33,6 +33,7 @@ import numpy as np
 import torch
 
 from gnnflow.distributed.comm import CommStats, alltoallv
+from gnnflow.distributed.devices import HOST
 from gnnflow.errors import ConfigError
 from gnnflow.sampling import Block, NeighborSampler, as_long_tensor
 
@@ -247,7 +248,7 @@ def sp_sample(sampler: SplitSampler, local_targets: torch.Tensor | np.ndarray,
         remote_pos, remote_owner = remote_pos[order], remote_owner[order]
         remote_ids = mixed[remote_pos]
         send_counts = torch.bincount(remote_owner, minlength=size).tolist()
-        requested = alltoallv(list(torch.split(remote_ids, send_counts)), stats, group=sampler.group)
+        requested = alltoallv(list(torch.split(remote_ids, send_counts)), stats, group=sampler.group, kind=HOST)
         asked = torch.cat(requested) if requested else torch.empty(0, dtype=torch.int64)
         new = torch.unique(asked)
         new = new[~torch.isin(new, local_mixed)]
@@ -259,7 +260,7 @@ def sp_sample(sampler: SplitSampler, local_targets: torch.Tensor | np.ndarray,
         if graph.degrees is not None:  # owners send the out-degree of every row they send
             own = graph.degrees[torch.from_numpy(graph.rows(local_mixed))]
             sent = alltoallv([graph.degrees[torch.from_numpy(graph.rows(r)), 1] for r in requested], stats,
-                             recv_counts=send_counts, group=sampler.group)
+                             recv_counts=send_counts, group=sampler.group, kind=HOST)
             src_deg = torch.empty(mixed.shape[0], dtype=torch.float32)
             src_deg[is_local] = own[:, 1]
             src_deg[remote_pos] = torch.cat(sent) if sent else torch.empty(0)

@@ -50,9 +50,9 @@ from typing import Any
 
 import numpy as np
 import torch
-import torch.distributed as dist
 
-from gnnflow.distributed.comm import alltoallv
+from gnnflow.distributed.comm import alltoallv, broadcast
+from gnnflow.distributed.devices import COMPUTE, HOST
 
 log = logging.getLogger("gnnflow.spmm")
 
@@ -238,13 +238,6 @@ def csr_tiles(row: np.ndarray, col_block: np.ndarray, col_local: np.ndarray, val
     return tiles
 
 
-def collective_device() -> torch.device:
-    """Where tensors must live for a collective: CUDA under NCCL, else CPU (gloo, or no group)."""
-    if dist.is_available() and dist.is_initialized() and dist.get_backend() == "nccl":
-        return torch.device("cuda", torch.cuda.current_device())
-    return torch.device("cpu")
-
-
 def tile_entries(tile: CsrTile) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(row, column, value) of every entry of ``tile``."""
     ptr = tile.indptr.cpu().numpy()
@@ -263,10 +256,8 @@ def transpose_tiles(tiles: list[CsrTile], block_rows: list[int], rank: int) -> l
         row, col, val = tile_entries(t)
         send_idx.append(torch.from_numpy(np.stack([col, row], 1)))
         send_val.append(torch.from_numpy(val))
-    dev = collective_device()
-    recv_idx = [r.cpu() for r in alltoallv([t.to(dev) for t in send_idx])]
-    recv_val = [r.cpu() for r in alltoallv([t.to(dev) for t in send_val],
-                                           recv_counts=[int(r.shape[0]) for r in recv_idx])]
+    recv_idx = alltoallv(send_idx, kind=HOST)  # setup: over the host
+    recv_val = alltoallv(send_val, recv_counts=[int(r.shape[0]) for r in recv_idx], kind=HOST)
     new_row = np.concatenate([r[:, 0].numpy() for r in recv_idx])
     new_col = np.concatenate([r[:, 1].numpy() for r in recv_idx])
     new_block = np.concatenate([np.full(r.shape[0], i, dtype=np.int64) for i, r in enumerate(recv_idx)])
@@ -369,7 +360,7 @@ class BroadcastSpMM:
             return x if j == rank else self._recv_buffer(j % 2, self.block_rows[j], width, x)
 
         def start(j: int) -> Any:
-            return dist.broadcast(operand(j), src=j, async_op=True)
+            return broadcast(operand(j), j, COMPUTE, async_op=True)
 
         def count_bytes(j: int) -> None:
             nbytes = self.block_rows[j] * width * x.element_size()
@@ -388,7 +379,7 @@ class BroadcastSpMM:
                     handle.wait()
                 else:
                     c0 = w0
-                    dist.broadcast(operand(j), src=j)
+                    broadcast(operand(j), j, COMPUTE)
                 c1 = time.perf_counter()
                 comm_s = c1 - w0
                 count_bytes(j)

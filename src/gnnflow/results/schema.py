@@ -90,21 +90,49 @@ def is_measurement(column: str) -> bool:
 
 
 class Recorder:
-    """Accumulates timers and counters for one rank during one epoch."""
+    """Accumulates timers and counters for one rank during one epoch.
 
-    def __init__(self) -> None:
+    On a CUDA ``device`` a timer records a CUDA event pair on the current stream instead of
+    reading the host clock (kernels run asynchronously, so the host clock would time their
+    launch); :meth:`resolve` waits for the device and adds the event times, once per epoch.
+    """
+
+    def __init__(self, device: Any = None) -> None:
         self.times: dict[str, float] = defaultdict(float)
         self.counters: dict[str, float] = defaultdict(float)
         self.extra: dict[str, float] = {}
+        self.cuda = str(getattr(device, "type", device)).startswith("cuda")
+        self._events: list[tuple[str, Any, Any]] = []
         self._t0 = time.perf_counter()
 
     @contextlib.contextmanager
     def timer(self, name: str) -> Iterator[None]:
+        if self.cuda:
+            import torch
+
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            try:
+                yield
+            finally:
+                end.record()
+                self._events.append((name, start, end))
+            return
         t = time.perf_counter()
         try:
             yield
         finally:
             self.times[name] += time.perf_counter() - t
+
+    def resolve(self) -> None:
+        """Add the CUDA event timers recorded so far (waits for the device)."""
+        if self._events:
+            import torch
+
+            torch.cuda.synchronize()
+            for name, start, end in self._events:
+                self.times[name] += start.elapsed_time(end) / 1000.0
+            self._events.clear()
 
     def add_time(self, name: str, seconds: float) -> None:
         self.times[name] += seconds
@@ -119,6 +147,10 @@ class Recorder:
         self._t0 = time.perf_counter()
 
     def elapsed(self) -> float:
+        if self.cuda:
+            import torch
+
+            torch.cuda.synchronize()  # the epoch ends when its kernels do
         return time.perf_counter() - self._t0
 
 

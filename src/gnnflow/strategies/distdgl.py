@@ -81,6 +81,8 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
+from gnnflow.distributed.comm import all_gather
+from gnnflow.distributed.devices import HOST
 from gnnflow.errors import ConfigError, DistributedError
 from gnnflow.results.schema import Recorder
 from gnnflow.strategies.base import RankContext, Strategy
@@ -294,7 +296,7 @@ class DistDGLBaseline(Strategy):
     def _check_equal_batches(self) -> None:
         n = torch.tensor([-(-len(self.split_nids["train"]) // self.trainer_batch)])
         allc = [torch.zeros_like(n) for _ in range(dist.get_world_size())]
-        dist.all_gather(allc, n)
+        all_gather(allc, n, HOST)
         if len({int(c) for c in allc}) != 1:  # DDP would hang; node_split(force_even) prevents this
             raise DistributedError(f"DistDGL trainers got unequal batch counts {[int(c) for c in allc]}")
 

@@ -76,11 +76,14 @@ def dataset_name(graph: str) -> str:
 
 
 def _global_rng_state() -> dict[str, Any]:
-    return {
+    state = {
         "torch": torch.get_rng_state(),
         "numpy": json.dumps(np.random.get_state(legacy=False), default=_np_json),
         "python": json.dumps(random.getstate()),
     }
+    if torch.cuda.is_available():  # dropout on the GPU draws from the CUDA generators
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
 
 
 def _np_json(obj: Any) -> Any:
@@ -93,6 +96,8 @@ def _np_json(obj: Any) -> Any:
 
 def _set_global_rng_state(state: dict[str, Any]) -> None:
     torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(list(state["cuda"]))
     np_state = json.loads(state["numpy"])
     np.random.set_state(np_state)
     py = json.loads(state["python"])
@@ -157,12 +162,13 @@ def _train(strategy: Strategy, cfg: TrainConfig, ctx: RankContext) -> list[Epoch
     all_records: list[EpochRecord] = []
     for epoch in range(start, cfg.epochs):
         note_progress()
-        rec = Recorder()
+        rec = Recorder(ctx.device)
         loss = strategy.run_epoch(epoch, rec)
         accs: dict[str, float] = {}
         if (epoch + 1) % cfg.eval_every == 0 or epoch == cfg.epochs - 1:
             with rec.timer("eval"):
                 accs = strategy.evaluate()
+        rec.resolve()
         record = EpochRecord(
             run_id=run_id, strategy=cfg.strategy, dataset=dataset, model=cfg.model, workers=ctx.world_size,
             rank=ctx.rank, epoch=epoch, seed=cfg.seed, loss=float(loss),

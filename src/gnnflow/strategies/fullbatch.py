@@ -45,10 +45,10 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from gnnflow.config import TrainConfig
-from gnnflow.distributed.comm import world
+from gnnflow.distributed.comm import all_reduce, world
+from gnnflow.distributed.devices import HOST
 from gnnflow.distributed.spmm import (
     BroadcastSpMM,
-    collective_device,
     csr_tiles,
     dist_spmm,
     transpose_tiles,
@@ -171,9 +171,8 @@ def global_out_degrees(sources: np.ndarray, num_nodes: int) -> np.ndarray:
     """Out-degree of every vertex: each rank counts its in-edges' sources, summed by all-reduce."""
     counts = torch.from_numpy(np.bincount(sources, minlength=num_nodes).astype(np.float64))
     if world()[1] > 1:
-        counts = counts.to(collective_device())
-        dist.all_reduce(counts)
-    return counts.cpu().numpy()
+        all_reduce(counts, HOST)
+    return counts.numpy()
 
 
 def normalized_entries(rows: RankRows, rp: RowPartition, norm: str, out_deg: np.ndarray,
@@ -289,9 +288,8 @@ class FullBatch(FullBatchBase):
         nnz = torch.zeros(p, p, dtype=torch.float64)
         nnz[rank] = torch.tensor(self.engine.tile_nnz(), dtype=torch.float64)
         if p > 1:
-            nnz = nnz.to(collective_device())
-            dist.all_reduce(nnz)
-        self.tile_nnz = nnz.cpu().numpy()
+            all_reduce(nnz, HOST)
+        self.tile_nnz = nnz.numpy()
         self.balance = tile_balance(self.tile_nnz)
         self.global_ids = rows.global_ids
         self.features = torch.from_numpy(rows.features).to(dev)
@@ -485,8 +483,7 @@ def _acc_grad(p: torch.nn.Parameter, g: torch.Tensor) -> None:
 def _global_max(v: int) -> int:
     t = torch.tensor([v], dtype=torch.int64)
     if world()[1] > 1:
-        t = t.to(collective_device())
-        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        all_reduce(t, HOST, op=dist.ReduceOp.MAX)
     return int(t.item())
 
 

@@ -260,10 +260,7 @@ class HistoricalEmbeddingCache(MiniBatchStrategy):
         # HEC lives) right before each layer runs, and then the block moves.
         dev = self.ctx.device
         if dev.type != "cpu":
-            assert mb.inputs is not None
-            mb.inputs = mb.inputs.pin_memory().to(dev, non_blocking=True)
-            if mb.labels is not None:
-                mb.labels = mb.labels.to(dev, non_blocking=True)
+            self.copy_inputs(mb)
         return mb
 
     # ---------------------------------------------------------------- training

@@ -23,6 +23,9 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
+from gnnflow.distributed.comm import all_reduce
+from gnnflow.distributed.devices import HOST
+
 SPLITS = ("train", "val", "test")
 METRICS = tuple(f"{s}_{m}" for m in ("acc", "loss") for s in SPLITS)
 
@@ -50,11 +53,9 @@ def reduce_sums(sums: torch.Tensor, group: dist.ProcessGroup | None = None) -> t
     """``sums`` added over the ranks of ``group`` (the tensor itself outside a process group)."""
     if not dist.is_available() or not dist.is_initialized() or dist.get_world_size(group) == 1:
         return sums
-    t = sums.clone()
-    if dist.get_backend(group) == "nccl":  # NCCL reduces CUDA tensors only
-        t = t.to(torch.device("cuda", torch.cuda.current_device()))
-    dist.all_reduce(t, group=group)
-    return t.cpu()
+    t = sums.detach().cpu().clone()  # bookkeeping: over the host (gloo under cpu:gloo,cuda:nccl)
+    all_reduce(t, HOST, group=group)
+    return t
 
 
 def split_metrics(sums: torch.Tensor) -> dict[str, float]:

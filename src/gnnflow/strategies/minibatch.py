@@ -35,7 +35,7 @@ inner vertices' representations and fetches its halo rows from their owners
 returns the same global accuracies.
 
 Options (``cfg.options``): ``pipeline`` (bool, default true),
-``capacities`` ("25,5,1"), ``pipeline_mib`` (512: bytes the batches in flight may
+``capacities`` ("25,5,1"), ``pipeline_mib`` (256: MiB the batches in flight may
 hold), ``replicate_structure`` (false), ``two_level``
 (true), ``cache_rows`` (0: rows of hot remote features cached, chosen from
 ``presample_batches`` (8) presampled batches), ``ddp`` (false).  The model
@@ -70,12 +70,21 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from gnnflow.distributed.comm import CommStats, all_reduce_gradients, part_degrees, world
+from gnnflow.distributed.comm import (
+    CommStats,
+    all_gather,
+    all_reduce_gradients,
+    broadcast,
+    part_degrees,
+    world,
+)
+from gnnflow.distributed.devices import COMPUTE, HOST
 from gnnflow.distributed.dist_sampler import make_sampler, presample_input_counts, sample_minibatch
 from gnnflow.distributed.feature_store import FeatureStore
 from gnnflow.distributed.pipeline import (
     DEFAULT_CAPACITIES,
     DEFAULT_MAX_BYTES,
+    DeviceCopier,
     MiniBatch,
     MiniBatchPipeline,
     add_stats_delta,
@@ -83,6 +92,7 @@ from gnnflow.distributed.pipeline import (
     stats_totals,
 )
 from gnnflow.errors import ConfigError
+from gnnflow.io import ticking
 from gnnflow.results.schema import Recorder
 from gnnflow.strategies.base import RankContext, Strategy
 
@@ -168,6 +178,7 @@ class MiniBatchStrategy(Strategy):
         #: the process group whose rank i holds part i (None: all ranks; split groups have their own)
         self.part_group: Any = None
         self.pipeline: MiniBatchPipeline | None = None
+        self._copier: DeviceCopier | None = None
         self.net: torch.nn.Module | None = None  # the plain GNN (self.model may be its DDP wrapper)
         self.sample_stats: CommStats | None = None
         self.load_stats: CommStats | None = None
@@ -248,7 +259,7 @@ class MiniBatchStrategy(Strategy):
         counts = torch.tensor([n_local], dtype=torch.int64)
         if size > 1:
             allc = [torch.zeros_like(counts) for _ in range(size)]
-            dist.all_gather(allc, counts)
+            all_gather(allc, counts, HOST)
             target_counts = [int(c.item()) for c in allc]
         else:
             target_counts = [n_local]
@@ -303,7 +314,7 @@ class MiniBatchStrategy(Strategy):
         _, size = world()
         if size > 1:  # identical initial weights everywhere, whatever the local RNG did
             for p in net.parameters():
-                dist.broadcast(p.data, 0)
+                broadcast(p.data, 0, COMPUTE)
         self.net = net
         if self.use_ddp and size > 1:
             self.model = torch.nn.parallel.DistributedDataParallel(net)
@@ -362,14 +373,21 @@ class MiniBatchStrategy(Strategy):
         for b in mb.blocks:
             b.src_deg, b.dst_deg = deg[: b.num_src, 1], deg[: b.num_dst, 0]
 
+    def copy_inputs(self, mb: MiniBatch) -> None:
+        """Input rows and labels to the device through the pinned buffers and copy stream of
+        :class:`~gnnflow.distributed.pipeline.DeviceCopier` (one per strategy, made on first use)."""
+        if self._copier is None:
+            self._copier = DeviceCopier(self.ctx.device)
+        assert mb.inputs is not None
+        moved = self._copier({"inputs": mb.inputs} | ({} if mb.labels is None else {"labels": mb.labels}))
+        mb.inputs, mb.labels = moved["inputs"], moved.get("labels")
+
     def device_stage(self, mb: MiniBatch) -> MiniBatch:
         dev = self.ctx.device
         if dev.type != "cpu":
             assert mb.blocks is not None and mb.inputs is not None
-            mb.blocks = [b.to(dev) for b in mb.blocks]
-            mb.inputs = mb.inputs.pin_memory().to(dev, non_blocking=True)
-            if mb.labels is not None:
-                mb.labels = mb.labels.to(dev, non_blocking=True)
+            mb.blocks = [b.to(dev) for b in mb.blocks]  # ids and CSR: small, on the default stream
+            self.copy_inputs(mb)
         return mb
 
     def train_batch_counting(self, mb: MiniBatch, rec: Recorder, stats: CommStats, stage: str) -> float:
@@ -441,7 +459,10 @@ class MiniBatchStrategy(Strategy):
             # one schedule from this epoch to the last: the pipeline runs across epoch boundaries
             self.pipeline = self.make_pipeline(epoch, max(1, self.cfg.epochs - epoch)).start()
         losses = []
-        for _ in range(self.num_batches):
+        batches: Any = range(self.num_batches)
+        if world()[0] == 0:  # long epochs log their progress from rank 0
+            batches = ticking(batches, f"{self.cfg.strategy} epoch {epoch}: batch", self.num_batches)
+        for _ in batches:
             try:
                 mb = self.pipeline.get()
             except StopIteration:  # more epochs than scheduled (driver ran past cfg.epochs)

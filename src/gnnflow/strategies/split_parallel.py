@@ -42,11 +42,14 @@ import torch.nn.functional as F
 from gnnflow.config import TrainConfig
 from gnnflow.distributed.comm import (
     CommStats,
+    all_gather,
+    all_reduce,
     all_reduce_gradients,
     all_to_all_rows,
     alltoallv,
     world,
 )
+from gnnflow.distributed.devices import COMPUTE, HOST
 from gnnflow.distributed.pipeline import MiniBatch, add_stats_delta, stage_groups, stats_totals
 from gnnflow.distributed.split_sampling import SplitGraph, SplitSample, SplitSampler, sp_sample
 from gnnflow.errors import ConfigError
@@ -84,7 +87,7 @@ def detached_shuffle(x: torch.Tensor, send_index: list[torch.Tensor], recv_count
 
     Only for tests that check equivalence fails when the backward shuffle is skipped.
     """
-    parts = alltoallv([x.detach()[i] for i in send_index], stats, recv_counts, group)
+    parts = alltoallv([x.detach()[i] for i in send_index], stats, recv_counts, group, kind=COMPUTE)
     return torch.cat(parts, 0)
 
 
@@ -276,7 +279,7 @@ class SplitParallel(MiniBatchStrategy):
         _, size = world(self.shuffle_group)
         if size > 1:
             gathered = [torch.empty_like(counts) for _ in range(size)]
-            dist.all_gather(gathered, counts, group=self.shuffle_group)
+            all_gather(gathered, counts, HOST, group=self.shuffle_group)
             stacked = torch.stack(gathered)
         else:
             stacked = counts.unsqueeze(0)
@@ -306,7 +309,7 @@ class SplitParallel(MiniBatchStrategy):
         ids = {s: np.asarray(getattr(self.part, f"{s}_idx"), dtype=np.int64) for s in SPLITS}
         every = np.concatenate(list(ids.values()))
         rounds = torch.tensor([math.ceil(every.shape[0] / chunk)], dtype=torch.int64)
-        dist.all_reduce(rounds, op=dist.ReduceOp.MAX, group=self.shuffle_group)
+        all_reduce(rounds, HOST, op=dist.ReduceOp.MAX, group=self.shuffle_group)
         logits = []
         for j in range(int(rounds)):
             mine = torch.from_numpy(every[j * chunk:(j + 1) * chunk])
@@ -348,8 +351,8 @@ def _verify_rank(ctx: RankContext, arrays: dict[str, Any], node_part: np.ndarray
     loss = F.cross_entropy(logits, y, reduction="sum") / len(targets)
     loss.backward()
     all_reduce_gradients(model, average=False)
-    loss_sum = loss.detach().double().reshape(1)
-    dist.all_reduce(loss_sum)
+    loss_sum = loss.detach().double().reshape(1).cpu()
+    all_reduce(loss_sum, HOST)
     edges = [(b.dst_ids[b.edge_dst()].numpy(), b.src_ids[b.indices].numpy()) for b in sample.blocks]
     return {
         "targets": sample.targets.numpy(),

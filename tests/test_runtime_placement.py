@@ -1,0 +1,166 @@
+"""Issue 22, acceptance 1: which device and backend every collective uses, checked without a GPU.
+
+The choices are pure functions (:mod:`gnnflow.distributed.devices`), tested here for CUDA.  The
+strategies are then run with 2 ranks on CPU with ``GNNFLOW_PLACEMENT_LOG`` set: every collective
+logs its call site and the kind of its tensors (host bookkeeping or compute payload).  Each site
+must use the kind ``SITES`` gives it (so a site that sends bookkeeping through the payload path,
+or a payload through the host, fails here), its tensors must be on the device the selection gives
+for a CPU run, and under the CUDA mapping (``cpu:gloo,cuda:nccl``, rank r on ``cuda:r``) the kind
+must land host bookkeeping on gloo and payload on NCCL on the rank's own GPU.  A static check
+keeps every tensor collective of ``src/`` behind the checked wrappers.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+import torch
+
+from gnnflow.distributed import devices
+from gnnflow.distributed.devices import (
+    COMPUTE,
+    CUDA_BACKEND,
+    HOST,
+    PlacementError,
+    backend_for,
+    default_backend,
+    placement_device,
+    placement_problem,
+    rank_device,
+)
+
+SRC = Path(__file__).resolve().parents[1] / "src" / "gnnflow"
+
+# call site -> kind of its tensors, for the collectives the runs below make
+SITES = {
+    # bookkeeping: counts, plans, ids, degrees, evaluation sums, halo lists -> host (gloo)
+    "gnnflow.distributed.comm:exchange_counts": HOST,
+    "gnnflow.distributed.comm:exchange_rows_in_rounds": HOST,  # the CPU feature store's rows
+    "gnnflow.distributed.feature_store:FeatureStore._exchange": HOST,
+    "gnnflow.distributed.dist_sampler:DistNeighborSampler.sample_neighbors": HOST,
+    "gnnflow.distributed.split_sampling:sp_sample": HOST,
+    "gnnflow.distributed.aep:exchange_halo_ids": HOST,
+    "gnnflow.distributed.inference:_rounds": HOST,
+    "gnnflow.strategies.minibatch:MiniBatchStrategy._plan_batches": HOST,
+    "gnnflow.strategies.metrics:reduce_sums": HOST,
+    "gnnflow.strategies.split_parallel:SplitParallel.group_split_metrics": HOST,
+    "gnnflow.strategies.fullbatch:global_out_degrees": HOST,
+    "gnnflow.strategies.fullbatch:FullBatch.prepare": HOST,
+    # payload: parameters, gradients, activations, embeddings, SpMM operands -> compute (NCCL)
+    "gnnflow.strategies.minibatch:MiniBatchStrategy.build_model": COMPUTE,
+    "gnnflow.distributed.comm:all_reduce_gradients": COMPUTE,
+    "gnnflow.distributed.comm:AllToAllRows.backward": COMPUTE,
+    "gnnflow.strategies.p3:PushPull.compute_loss": COMPUTE,
+    "gnnflow.strategies.split_parallel:sp_forward": COMPUTE,
+    "gnnflow.distributed.aep:EmbeddingPush._push": COMPUTE,
+    "gnnflow.distributed.spmm:BroadcastSpMM.__call__.<locals>.start": COMPUTE,
+    "gnnflow.distributed.allgather:_exchange": COMPUTE,
+}
+
+
+# ------------------------------------------------------------------ the pure selection functions
+def test_backend_for_cuda_runs():
+    assert default_backend("cpu") == "gloo"
+    assert default_backend("cuda") == CUDA_BACKEND == "cpu:gloo,cuda:nccl"
+    assert default_backend("cuda", ranks_per_gpu=2) == "cpu:gloo,cuda:gloo"  # NCCL: one rank per GPU
+    assert backend_for("cpu", CUDA_BACKEND) == "gloo"
+    assert backend_for(torch.device("cuda", 1), CUDA_BACKEND) == "nccl"
+    assert backend_for("cuda:0", "gloo") == "gloo"
+    with pytest.raises(PlacementError, match="cpu tensors"):
+        backend_for("cpu", "nccl")  # the bug of issue 22: bookkeeping on a plain NCCL group
+
+
+def test_rank_device_is_the_local_rank(monkeypatch):
+    assert [rank_device(r, "cuda", 4) for r in range(4)] == [torch.device("cuda", r) for r in range(4)]
+    assert rank_device(3, "cuda", 2) == torch.device("cuda", 1)  # more ranks than GPUs: shared
+    assert rank_device(1, "cpu", 0) == torch.device("cpu")
+    monkeypatch.delenv("LOCAL_RANK", raising=False)
+    monkeypatch.delenv("SLURM_LOCALID", raising=False)
+    assert devices.local_rank(5) == 5
+    monkeypatch.setenv("SLURM_LOCALID", "2")
+    assert devices.local_rank(5) == 2
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    assert devices.local_rank(5) == 1
+
+
+def test_placement_problems_on_a_cuda_rank():
+    gpu1 = torch.device("cuda", 1)
+    assert placement_device(HOST, gpu1) == torch.device("cpu")
+    assert placement_device(COMPUTE, gpu1) == gpu1
+    assert placement_problem(HOST, "cpu", gpu1, CUDA_BACKEND) is None
+    assert placement_problem(COMPUTE, "cuda:1", gpu1, CUDA_BACKEND) is None
+    assert "expected cuda:1" in placement_problem(COMPUTE, "cuda:0", gpu1, CUDA_BACKEND)  # rank 0's GPU
+    assert "expected cuda:1" in placement_problem(COMPUTE, "cpu", gpu1, CUDA_BACKEND)  # payload on host
+    assert "expected cpu" in placement_problem(HOST, "cuda:1", gpu1, CUDA_BACKEND)  # bookkeeping on GPU
+    assert "cpu tensors" in placement_problem(HOST, "cpu", gpu1, "nccl")
+    with pytest.raises(ValueError):
+        placement_device("features")
+
+
+def test_every_tensor_collective_goes_through_the_checked_wrappers():
+    raw = re.compile(r"\bdist\.(all_reduce|all_gather|all_gather_into_tensor|broadcast|all_to_all\w*|reduce\w*|"
+                     r"scatter|gather|send|recv|isend|irecv|batch_isend_irecv)\(")
+    offenders = [f"{p.relative_to(SRC)}:{i}" for p in SRC.rglob("*.py") if p.name != "comm.py"
+                 for i, line in enumerate(p.read_text().splitlines(), 1) if raw.search(line)]
+    assert not offenders, f"collectives outside gnnflow.distributed.comm's checked wrappers: {offenders}"
+
+
+# ------------------------------------------------------------------ every site of the real strategies
+@pytest.fixture(scope="module")
+def placement_log(tmp_path_factory):
+    """The collectives of 2-rank CPU runs of every distributed strategy, one record per call."""
+    from conftest import random_store_arrays
+
+    from gnnflow.config import TrainConfig
+    from gnnflow.data.store import write_store
+    from gnnflow.partition.api import partition_graph
+    from gnnflow.strategies.driver import run_training
+
+    tmp = tmp_path_factory.mktemp("placement")
+    store = write_store(tmp / "g", name="g", source="test", directed=False, **random_store_arrays())
+    book = partition_graph(store.path, "metis", 2, tmp / "book", seed=0)
+    log_dir = tmp / "log"
+    mp = pytest.MonkeyPatch()
+    mp.setenv(devices.PLACEMENT_LOG_ENV, str(log_dir))  # inherited by the spawned ranks
+    common = dict(graph=str(store.path), partition=str(book.path), workers=2, hidden=8, num_layers=2,
+                  fanouts=[3, 3], batch_size=64, epochs=1, seed=0)
+    runs = {"data": {}, "split": {}, "p3": {}, "hec": {},
+            "fullbatch": dict(model="gcn", fanouts=[-1, -1]), "dgcl": dict(model="gcn", fanouts=[-1, -1])}
+    records = []
+    try:
+        for strategy, extra in runs.items():
+            run_training(TrainConfig(**{**common, **extra}, strategy=strategy, out=str(tmp / strategy)))
+            for f in sorted(log_dir.glob("rank*.jsonl")):
+                records += [dict(json.loads(line), strategy=strategy, rank=int(f.stem[4:]))
+                            for line in f.read_text().splitlines()]
+                f.unlink()
+    finally:
+        mp.undo()
+    return records
+
+
+@pytest.mark.slow
+def test_every_collective_site_uses_the_device_of_its_kind(placement_log):
+    assert placement_log
+    seen: dict[str, set[str]] = {}
+    for rec in placement_log:
+        seen.setdefault(rec["site"], set()).add(rec["kind"])
+    unknown = sorted(set(seen) - set(SITES))
+    assert not unknown, f"collective sites with no declared kind (add them to SITES): {unknown}"
+    wrong = {s: sorted(k) for s, k in seen.items() if k != {SITES[s]}}
+    assert not wrong, f"sites whose tensors changed kind (bookkeeping must stay on the host): {wrong}"
+    for rec in placement_log:
+        # a CPU run: the selection puts every kind on the host, over gloo
+        assert rec["devices"] in ([], ["cpu"]), rec
+        assert rec["backend"] == "gloo", rec
+        # the same call on a CUDA run: rank r's payload on cuda:r over NCCL, bookkeeping over gloo
+        gpu = rank_device(rec["rank"], "cuda", 2)
+        want = placement_device(rec["kind"], gpu)
+        assert backend_for(want, CUDA_BACKEND) == ("gloo" if rec["kind"] == HOST else "nccl")
+        assert want.type == "cpu" or want.index == rec["rank"]
+    strategies = {rec["strategy"] for rec in placement_log}
+    assert strategies == {"data", "split", "p3", "hec", "fullbatch", "dgcl"}
+    assert set(seen) == set(SITES), f"declared sites these runs no longer reach: {set(SITES) - set(seen)}"
