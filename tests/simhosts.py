@@ -11,7 +11,9 @@
 * its own data directory ``root/host<k>``; the other hosts' directories and
   any ``hidden`` path (e.g. the directory holding the whole graph) are covered by
   an empty tmpfs in the host's mount namespace, so a process on one host cannot
-  read another host's files.
+  read another host's files;
+* its own ``/dev/shm`` (an empty tmpfs in its mount namespace), as a real host
+  has: shared memory made on one host is not there on another.
 
 :meth:`SimulatedHosts.popen` starts a command on a host.  Everything is removed
 by :meth:`SimulatedHosts.close` (namespaces, links, files under /etc/netns), also
@@ -99,7 +101,8 @@ class SimulatedHosts:
         """``cmd`` as run on host ``k`` (its namespace, hostname and view of the files)."""
         covers = " && ".join(f"mount -t tmpfs -o size=1m,mode=0755 gfhidden {shlex.quote(str(p))}"
                              for p in self._covered(k) if p.exists())
-        script = f"hostname {self.names[k]}" + (f" && {covers}" if covers else "") + ' && exec "$@"'
+        covers = " && ".join(filter(None, [covers, "mount -t tmpfs -o size=2g,mode=1777 gfshm /dev/shm"]))
+        script = f"hostname {self.names[k]}" + f" && {covers}" + ' && exec "$@"'
         return ["ip", "netns", "exec", self.namespaces[k], "unshare", "--uts", "--mount",
                 "--propagation", "private", "sh", "-c", script, "sh", *cmd]
 

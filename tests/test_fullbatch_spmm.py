@@ -106,3 +106,30 @@ def test_permutation_balances_tiles_of_a_skewed_matrix():
         np.add.at(t, (part[r], part[c]), 1)
         tables[name] = tile_balance(t)["tile_nnz_max_over_avg"]
     assert tables["permuted"] < tables["natural"]
+
+
+def test_kernel_cache_is_keyed_by_the_cpu(monkeypatch, tmp_path):
+    """A kernel cache shared by hosts of different CPUs (a shared home) holds one library per
+    CPU: the key includes the model name and feature flags (issue 20)."""
+    import shutil
+
+    from gnnflow.distributed import spmm
+
+    if shutil.which("cc") is None:
+        pytest.skip("no C compiler")
+    sig = spmm.cpu_signature()
+    from pathlib import Path
+
+    cpuinfo = Path("/proc/cpuinfo").read_text()
+    model = next((line.split(":", 1)[1].strip() for line in cpuinfo.splitlines() if line.startswith("model name")), "")
+    assert model in sig and ("flags" not in cpuinfo or "sse2" in sig or "avx" in sig or "fpu" in sig)
+    monkeypatch.setenv("GNNFLOW_KERNEL_CACHE", str(tmp_path))
+    libs = []
+    for other in (None, "another cpu | fpu"):
+        monkeypatch.setattr(spmm, "_kernel", None)
+        monkeypatch.setattr(spmm, "_kernel_tried", False)
+        if other is not None:  # what a host with another CPU computes for itself
+            monkeypatch.setattr(spmm, "cpu_signature", lambda other=other: other)
+        assert spmm.cpu_kernel() is not None
+        libs.append(sorted(p.name for p in tmp_path.glob("spmm_*.so")))
+    assert len(libs[0]) == 1 and len(libs[1]) == 2, libs

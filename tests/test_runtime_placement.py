@@ -39,6 +39,7 @@ SITES = {
     # bookkeeping: counts, plans, ids, degrees, evaluation sums, halo lists -> host (gloo)
     "gnnflow.distributed.comm:exchange_counts": HOST,
     "gnnflow.distributed.comm:exchange_rows_in_rounds": HOST,  # the CPU feature store's rows
+    "gnnflow.distributed.comm:part_degrees": HOST,
     "gnnflow.distributed.feature_store:FeatureStore._exchange": HOST,
     "gnnflow.distributed.dist_sampler:DistNeighborSampler.sample_neighbors": HOST,
     "gnnflow.distributed.split_sampling:sp_sample": HOST,

@@ -24,6 +24,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "homogenize": ("gnnflow.data.cli_homogenize", "turn a heterogeneous graph store into one homogeneous id space"),
     "presample": ("gnnflow.partition.cli_presample", "run the training sampler to count vertex/edge appearances (GSplit §4)"),
     "partition": ("gnnflow.partition.cli_partition", "partition a graph store into a partition book"),
+    "stage": ("gnnflow.partition.cli_stage", "copy the shards of some parts and small metadata to a host-local directory"),
     "partition-report": ("gnnflow.partition.cli_report", "quality metrics of a partition book"),
     "train": ("gnnflow.strategies.cli_train", "train with a strategy (single, data, split, p3, fullbatch, hec, dgcl, distdgl)"),
     "verify": ("gnnflow.strategies.cli_verify", "check a distributed strategy against single-process training"),

@@ -47,7 +47,9 @@ def check_dir(path: Path, graph: Path | None = None) -> tuple[str, list[str]]:
             problems = scan_book(path)
         except StoreError as exc:
             return "partition book", [str(exc)]
-        target = graph or Path(json.loads(meta_file.read_text()).get("graph", ""))
+        from gnnflow.partition.book import book_graph_path
+
+        target = graph or book_graph_path(path, json.loads(meta_file.read_text()))
         if graph is not None or (target.name and (target / "meta.json").exists()):
             try:
                 check_book_matches_graph(path, target)

@@ -151,6 +151,14 @@ def read_meta(path: str | os.PathLike[str], fmt: str = FORMAT, kind: str = "grap
     return meta
 
 
+def load_split(path: str | os.PathLike[str], name: str) -> np.ndarray:
+    """One split's vertex ids (``train_idx``, ``val_idx``, ``test_idx``) read alone: a staged
+    copy of a store (``gnnflow stage``) holds its meta.json and these files only."""
+    if name not in SPLITS:
+        raise ValueError(f"not a split: {name!r}")
+    return _load(Path(path), name, mmap=True)
+
+
 def open_store(path: str | os.PathLike[str], mmap: bool = True, validate: bool = True) -> GraphStore:
     """Open a graph store; with ``validate`` run the cheap checks of :func:`validate_store`
     (headers, shapes, sizes, checksums of small files; no scan of the big arrays)."""

@@ -321,3 +321,28 @@ def all_reduce_gradients(module: torch.nn.Module, average: bool = True) -> None:
         n = g.numel()
         g.copy_(flat[offset : offset + n].view_as(g))
         offset += n
+
+
+def part_degrees(part: Any, node_part: Any, group: Any = None) -> tuple[np.ndarray, np.ndarray]:
+    """Whole-graph in- and out-degree (int64) of ``part``'s inner vertices, from the parts alone.
+    Collective over ``group`` (rank i holds part i).
+
+    A source's out-edges are spread over the parts holding their destinations:
+    every part counts them, the partial counts of halo vertices go to their
+    owners (one exchange), which sum them.
+    """
+    n_in = part.num_inner
+    partial = np.bincount(np.asarray(part.indices), minlength=part.num_local).astype(np.int64)
+    out_inner = partial[:n_in].copy()
+    if world(group)[1] > 1:
+        halo = np.asarray(part.halo_ids, dtype=np.int64)
+        owner = np.asarray(node_part[halo], dtype=np.int64)
+        order = np.argsort(owner, kind="stable")
+        counts = np.bincount(owner, minlength=world(group)[1]).tolist()
+        ids_in = alltoallv(list(torch.split(torch.from_numpy(halo[order]), counts)), group=group, kind=HOST)
+        deg_in = alltoallv(list(torch.split(torch.from_numpy(partial[n_in:][order]), counts)),
+                           recv_counts=[int(t.numel()) for t in ids_in], group=group, kind=HOST)
+        np.add.at(out_inner, part.global_to_local(torch.cat(ids_in).numpy()), torch.cat(deg_in).numpy())
+    in_deg = np.diff(np.asarray(part.indptr, dtype=np.int64))
+    return in_deg, out_inner
+

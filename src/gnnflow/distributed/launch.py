@@ -17,6 +17,16 @@ where the outer launcher owns the other ranks).
   rank dies with its parent (``PR_SET_PDEATHSIG``) even when the parent is
   killed outright.  Shared-memory files the run made are removed on every exit
   path (:mod:`gnnflow.distributed.processes`).  No process is left behind.
+* Several hosts, gnnflow's own launcher on each (``gnnflow train --nnodes N
+  --node-rank K --master HOST:PORT``, :func:`set_nodes`): the launcher of host
+  ``K`` spawns ranks ``K*L .. K*L+L-1`` (``L = world_size / N`` local ranks).
+  Host 0's launcher holds the store, bound to ``HOST``'s address only; the
+  others connect to it.  Every host talks over the interface that routes to
+  ``HOST`` (or ``GNNFLOW_IFNAME``).  Each launcher watches its own ranks as
+  above and every rank's heartbeat; the first one to find a failure posts it in
+  the store (``gnnflow/failed``), so every host stops with the same message
+  naming the rank and its host.  Every host's ``run_ranks`` returns every
+  rank's result (sent through the store).
 * torchrun: ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR``,
   ``MASTER_PORT`` come from the environment.
 * srun: ``SLURM_PROCID``, ``SLURM_NTASKS``, ``SLURM_LOCALID``; the master is the
@@ -52,6 +62,7 @@ import threading
 import time
 import traceback
 from collections.abc import Callable
+from dataclasses import dataclass
 from multiprocessing.connection import wait
 from typing import Any
 
@@ -76,7 +87,7 @@ from gnnflow.distributed.processes import (
     tune_allocator,
 )
 from gnnflow.distributed.watchdog import Heartbeat, HeartbeatMonitor
-from gnnflow.errors import DistributedError, Terminated
+from gnnflow.errors import ConfigError, DistributedError, Terminated
 from gnnflow.io import configure_logging
 from gnnflow.strategies.base import RankContext
 
@@ -85,6 +96,84 @@ log = logging.getLogger("gnnflow.distributed")
 def dist_timeout_s() -> float:
     """Seconds a collective waits before it fails (``GNNFLOW_DIST_TIMEOUT``, default 600)."""
     return env_seconds("GNNFLOW_DIST_TIMEOUT", 600.0)
+
+
+NODES_ENV = "GNNFLOW_NODES"  # "N K HOST:PORT", set by set_nodes (the train/verify flags)
+FAILED_KEY = "gnnflow/failed"
+
+
+@dataclass(frozen=True)
+class Nodes:
+    """This host's place in a multi-host run started by gnnflow's own launcher on each host."""
+
+    nnodes: int
+    node_rank: int
+    master: str  # host name or address of node 0
+    port: int
+
+    def local_ranks(self, world_size: int) -> range:
+        """Global ranks this host runs."""
+        if world_size % self.nnodes:
+            raise ConfigError(f"--workers {world_size} (all ranks) is not a multiple of --nnodes {self.nnodes}")
+        local = world_size // self.nnodes
+        return range(self.node_rank * local, (self.node_rank + 1) * local)
+
+
+def parse_master(text: str) -> tuple[str, int]:
+    host, sep, port = text.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ConfigError(f"--master {text!r}: expected HOST:PORT (node 0's host and a free port on it)")
+    return host, int(port)
+
+
+def set_nodes(nnodes: int, node_rank: int, master: str | None) -> None:
+    """Make this process (and what it starts) one host of ``nnodes`` (see the module docstring)."""
+    if nnodes < 1 or not 0 <= node_rank < nnodes:
+        raise ConfigError(f"--node-rank {node_rank}: expected 0 <= node-rank < --nnodes {nnodes}")
+    if master is None:
+        if nnodes > 1:
+            raise ConfigError("--nnodes > 1 needs --master HOST:PORT (node 0's host and a port to listen on)")
+        os.environ.pop(NODES_ENV, None)
+        return
+    host, port = parse_master(master)
+    os.environ[NODES_ENV] = f"{nnodes} {node_rank} {host}:{port}"
+
+
+def nodes() -> Nodes | None:
+    """This host's :class:`Nodes` when set by :func:`set_nodes`, else None."""
+    text = os.environ.get(NODES_ENV)
+    if not text:
+        return None
+    n, k, master = text.split()
+    host, port = parse_master(master)
+    return Nodes(int(n), int(k), host, port)
+
+
+def add_node_arguments(parser: Any) -> None:
+    """``--nnodes``, ``--node-rank``, ``--master``: this host's place in a run across hosts."""
+    group = parser.add_argument_group("several hosts (gnnflow's launcher on each; --workers counts all ranks)")
+    group.add_argument("--nnodes", type=int, default=1, help="hosts taking part (default 1)")
+    group.add_argument("--node-rank", type=int, default=0, help="this host's index, 0 .. nnodes-1 (0 holds the store)")
+    group.add_argument("--master", default=None, metavar="HOST:PORT",
+                       help="node 0's host name or address and the port its store listens on (only there)")
+
+
+def apply_node_arguments(args: Any) -> None:
+    """Act on :func:`add_node_arguments`' flags (before any rank starts)."""
+    if args.nnodes > 1 or args.master is not None:
+        set_nodes(args.nnodes, args.node_rank, args.master)
+
+
+def is_first_rank() -> bool:
+    """True in the process that holds (or, with the local launcher, starts) global rank 0:
+    only it writes a run's files."""
+    launcher = external_launcher()
+    if launcher == "torchrun":
+        return int(os.environ["RANK"]) == 0
+    if launcher == "srun":
+        return int(os.environ["SLURM_PROCID"]) == 0
+    spec = nodes()
+    return spec is None or spec.node_rank == 0
 
 
 def free_port(address: str = LOOPBACK) -> int:
@@ -147,6 +236,7 @@ def _send(conn: Any, message: tuple[Any, ...]) -> None:
 
 def _rank_entry(
     rank: int,
+    local_rank: int,
     world_size: int,
     addr: str,
     port: int,
@@ -167,9 +257,13 @@ def _rank_entry(
     heartbeat = None
     try:
         heartbeat = Heartbeat(connect_store(addr, port, world_size, timeout_s), rank)
-        ctx = RankContext(rank=rank, world_size=world_size, device=_device_for(rank, device))
+        ctx = RankContext(rank=rank, world_size=world_size, device=_device_for(local_rank, device),
+                          local_rank=local_rank)
         init_group(rank, world_size, connect_store(addr, port, world_size, timeout_s), backend, timeout_s)
         result = fn(ctx, *args)
+        if nodes() is not None:  # the other hosts' launchers read it from the store
+            connect_store(addr, port, world_size, timeout_s).set(
+                _result_key(rank), pickle.dumps(result, protocol=pickle.HIGHEST_PROTOCOL))
         # leave together: a rank that tears its connections down while a peer is still setting
         # up (a fn without collectives) would make that peer fail with "connection closed"
         dist.barrier()
@@ -208,9 +302,10 @@ def run_ranks(
     backend = backend or default_backend(device, ranks_on_host)
     if launcher is not None:
         return [_run_external(launcher, fn, args, device, backend, timeout_s)]
-    if world_size == 1:
+    spec = nodes()
+    if world_size == 1 and spec is None:
         return [fn(RankContext(rank=0, world_size=1, device=_device_for(0, device)), *args)]
-    return _spawn_local(fn, world_size, args, device, backend, timeout_s, threads_per_rank)
+    return _spawn_local(fn, world_size, args, device, backend, timeout_s, threads_per_rank, spec)
 
 
 def _run_external(launcher: str, fn: Callable[..., Any], args: tuple[Any, ...], device: str,
@@ -238,7 +333,7 @@ def _run_external(launcher: str, fn: Callable[..., Any], args: tuple[Any, ...], 
         store = bound.store
     else:
         store = connect_store(resolve(master), port, world, timeout_s)
-    ctx = RankContext(rank=rank, world_size=world, device=_device_for(local, device))
+    ctx = RankContext(rank=rank, world_size=world, device=_device_for(local, device), local_rank=local)
     init_group(rank, world, store, backend, timeout_s)
     try:
         return fn(ctx, *args)
@@ -287,27 +382,46 @@ def _quiet_resource_tracker() -> None:
             os.environ["PYTHONWARNINGS"] = saved
 
 
+def _result_key(rank: int) -> str:
+    return f"gnnflow/result/{rank}"
+
+
 def _spawn_local(fn: Callable[..., Any], world_size: int, args: tuple[Any, ...], device: str,
-                 backend: str, timeout_s: float, threads_per_rank: int | None) -> list[Any]:
+                 backend: str, timeout_s: float, threads_per_rank: int | None,
+                 spec: Nodes | None = None) -> list[Any]:
     ctx = mp.get_context("spawn")
     _quiet_resource_tracker()
-    # the ranks inherit the environment: gloo on loopback, shared memory named after this run
-    set_run_address(LOOPBACK)
-    tag = os.environ[TAG_ENV] = new_run_tag()
-    # the parent holds the rendezvous store, bound to loopback on a port the OS assigns (no
-    # other process can take the port between choosing it and binding it)
-    bound = start_store(LOOPBACK, world_size + 1, timeout_s)
-    monitor = HeartbeatMonitor(bound.store, world_size)
-    threads = threads_per_rank or max(1, (os.cpu_count() or 1) // world_size)
+    ranks = spec.local_ranks(world_size) if spec is not None else range(world_size)
+    if spec is None:
+        # one host: the ranks inherit the environment (gloo on loopback); the parent holds the
+        # rendezvous store, bound to loopback on a port the OS assigns (no other process can
+        # take the port between choosing it and binding it)
+        address = store_addr = LOOPBACK
+        set_run_address(address)
+        bound = start_store(LOOPBACK, world_size + 1, timeout_s)
+        store, port = bound.store, bound.port
+    else:
+        # several hosts: node 0 holds the store on the master's address only, the others connect;
+        # every host talks over its interface towards the master
+        store_addr, port = resolve(spec.master), spec.port
+        address = local_address_towards(store_addr)
+        set_run_address(address)
+        bound = start_store(store_addr, world_size + spec.nnodes, timeout_s, port) if spec.node_rank == 0 else None
+        store = bound.store if bound is not None else connect_store(store_addr, port, world_size, timeout_s)
+        log.info("host %d of %d: ranks %d..%d of %d, store %s:%d, talking over %s", spec.node_rank, spec.nnodes,
+                 ranks[0], ranks[-1], world_size, store_addr, port, address)
+    tag = os.environ[TAG_ENV] = new_run_tag()  # shared memory named after this run on this host
+    monitor = HeartbeatMonitor(store, world_size)
+    threads = threads_per_rank or max(1, (os.cpu_count() or 1) // len(ranks))
     procs: list[Any] = []
     conns: list[Any] = []
     try:
         with _StopSignals():
-            for rank in range(world_size):
+            for local, rank in enumerate(ranks):
                 parent, child = ctx.Pipe(duplex=False)
                 p = ctx.Process(
                     target=_rank_entry,
-                    args=(rank, world_size, LOOPBACK, bound.port, backend, device, timeout_s, threads, fn,
+                    args=(rank, local, world_size, store_addr, port, backend, device, timeout_s, threads, fn,
                           args, child),
                     name=f"gnnflow-rank{rank}",
                     daemon=False,
@@ -316,10 +430,11 @@ def _spawn_local(fn: Callable[..., Any], world_size: int, args: tuple[Any, ...],
                 child.close()
                 procs.append(p)
                 conns.append(parent)
-            return _Watch(procs, conns, monitor).run(timeout_s)
+            return _Watch(procs, conns, monitor, list(ranks), world_size, spec).run(timeout_s)
     finally:
         _terminate(procs)
-        bound.close()
+        if bound is not None:
+            bound.close()
         removed = remove_run_shm(tag)
         if removed:
             log.debug("removed shared memory left by the run: %s", removed)
@@ -327,62 +442,142 @@ def _spawn_local(fn: Callable[..., Any], world_size: int, args: tuple[Any, ...],
 
 
 class _Watch:
-    """The local launcher's loop: results, errors, exits and heartbeats of every rank."""
+    """The launcher's loop: results, errors, exits and heartbeats of this host's ranks (the
+    procs, local index ``i`` is global rank ``ranks[i]``), and, across hosts, failures posted
+    by the other hosts' launchers and the results of their ranks."""
 
     GRACE_S = 1.0  # after a first failure, how long to wait for the cause to show itself
 
-    def __init__(self, procs: list[Any], conns: list[Any], monitor: HeartbeatMonitor) -> None:
+    def __init__(self, procs: list[Any], conns: list[Any], monitor: HeartbeatMonitor,
+                 ranks: list[int] | None = None, world_size: int | None = None, spec: Nodes | None = None) -> None:
         self.procs, self.conns, self.monitor = procs, conns, monitor
-        self.results: list[Any] = [None] * len(procs)
-        self.pending = {conns[r]: r for r in range(len(procs))}
-        self.sentinels = {procs[r].sentinel: r for r in range(len(procs))}
-        self.errors: dict[int, str] = {}  # rank -> its error report
-        self.finished: set[int] = set()  # ranks that sent their result
+        self.ranks = ranks if ranks is not None else list(range(len(procs)))
+        self.world_size = world_size if world_size is not None else len(procs)
+        self.spec = spec
+        self.results: list[Any] = [None] * self.world_size
+        self.pending = {conns[i]: i for i in range(len(procs))}
+        self.sentinels = {procs[i].sentinel: i for i in range(len(procs))}
+        self.errors: dict[int, str] = {}  # local index -> its error report
+        self.finished: set[int] = set()  # local indexes of ranks that sent their result
+        local = set(self.ranks)
+        self.remote = {r for r in range(self.world_size) if r not in local}  # results still to read
+        self.remote_done: set[int] = set()
 
     def run(self, timeout_s: float) -> list[Any]:
         log.info("started %d ranks (pids %s)", len(self.procs), " ".join(str(p.pid) for p in self.procs))
         announced = False
-        while self.pending:
+        while self.pending or self.remote:
             self._take(wait(list(self.pending) + list(self.sentinels), timeout=1.0))
             self.monitor.poll()
+            self._collect_remote()
             if not announced and self.monitor.all_seen():
-                log.info("all %d ranks are running", len(self.procs))
+                log.info("all %d ranks are running", self.world_size)
                 announced = True
-            stalled = [r for r in self.monitor.stalled()
-                       if self.procs[r].exitcode is None and r not in self.finished]
-            if self.errors or self._died() or stalled:
+            if self.errors or self._died() or self._stalled() or self._posted():
                 self._fail()
         for p in self.procs:
             p.join(timeout=timeout_s)
+        self._leave_together(timeout_s)
         return self.results
+
+    def _stalled(self, threshold_s: float | None = None) -> list[int]:
+        """Global ranks that stopped beating while still running (not finished, not failed)."""
+        out = []
+        for r in self.monitor.stalled(threshold_s):
+            if r in self.remote_done:
+                continue
+            if r in self.ranks:
+                i = self.ranks.index(r)
+                if self.procs[i].exitcode is not None or i in self.finished or i in self.errors:
+                    continue
+            out.append(r)
+        return out
+
+    def _collect_remote(self) -> None:
+        """Read the results other hosts' ranks left in the store."""
+        for r in sorted(self.remote):
+            try:
+                if self.monitor.store.check([_result_key(r)]):
+                    self.results[r] = pickle.loads(self.monitor.store.get(_result_key(r)))
+                    self.remote.discard(r)
+                    self.remote_done.add(r)
+            except Exception:  # the store went away: the other checks name why
+                return
+
+    def _posted(self) -> str | None:
+        """A failure another host's launcher posted, if any."""
+        if self.spec is None:
+            return None
+        try:
+            if self.monitor.store.check([FAILED_KEY]):
+                return self.monitor.store.get(FAILED_KEY).decode()
+        except Exception:
+            # the store is gone: host 0's launcher ended; say so unless a local cause shows up
+            return (f"lost the run's store at {self.spec.master}:{self.spec.port} (host 0's launcher ended)"
+                    if self.spec.node_rank != 0 else None)
+        return None
+
+    def post_failure(self, message: str) -> None:
+        """Tell the other hosts' launchers why the run failed (first one wins)."""
+        if self.spec is None:
+            return
+        try:
+            self.monitor.store.compare_set(FAILED_KEY, "", message)
+        except Exception:
+            pass
+
+    def _leave_together(self, timeout_s: float) -> None:
+        """Host 0 keeps the store up until every host has read the results."""
+        if self.spec is None:
+            return
+        store = self.monitor.store
+        deadline = time.monotonic() + timeout_s
+        try:
+            store.add("gnnflow/collected", 1)
+            if self.spec.node_rank == 0:
+                while int(store.add("gnnflow/collected", 0)) < self.spec.nnodes and time.monotonic() < deadline:
+                    time.sleep(0.1)
+                return
+            # the others return once host 0's store has gone, so that a next run_ranks of the same
+            # program (verify runs several) cannot reach this run's store on the same port
+            while time.monotonic() < deadline:
+                store.check(["gnnflow/collected"])
+                time.sleep(0.1)
+        except Exception:
+            pass
 
     def _take(self, ready: list[Any]) -> None:
         for obj in ready:
             if obj in self.pending:
-                r = self.pending.pop(obj)
+                i = self.pending.pop(obj)
                 try:
                     msg = pickle.loads(obj.recv_bytes())
                 except (EOFError, OSError):  # the rank exited without a word
-                    self.procs[r].join(2.0)
+                    self.procs[i].join(2.0)
                     continue
                 if msg[0] == "error":
-                    log.debug("rank %d traceback:\n%s", r, msg[2])
-                    self.errors[r] = msg[1]
+                    log.debug("rank %d traceback:\n%s", self.ranks[i], msg[2])
+                    self.errors[i] = msg[1]
                 else:
-                    self.results[r] = msg[1]
-                    self.finished.add(r)
+                    self.results[self.ranks[i]] = msg[1]
+                    self.finished.add(i)
             elif obj in self.sentinels:
-                r = self.sentinels.pop(obj)
-                self.procs[r].join(0.1)
-                if self.conns[r] in self.pending and self.conns[r].poll(0.5):
+                i = self.sentinels.pop(obj)
+                self.procs[i].join(0.1)
+                if self.conns[i] in self.pending and self.conns[i].poll(0.5):
                     # an error report may still be in flight: read it first
-                    self._take([self.conns[r]])
+                    self._take([self.conns[i]])
 
     def _died(self) -> list[int]:
-        """Ranks that exited without a result or an error report (killed, crashed)."""
-        return [r for r, p in enumerate(self.procs)
-                if p.exitcode is not None and r not in self.errors and r not in self.finished
-                and self.conns[r] not in self.pending]
+        """Local indexes of ranks that exited without a result or an error report (killed, crashed)."""
+        return [i for i, p in enumerate(self.procs)
+                if p.exitcode is not None and i not in self.errors and i not in self.finished
+                and self.conns[i] not in self.pending]
+
+    def _on(self, rank: int) -> str:
+        """`` on host H, pid P`` where ``rank`` said so (across hosts, the host is half the answer)."""
+        where = self.monitor.who(rank)
+        return f" on {where}" if where else ""
 
     def _fail(self) -> None:
         # the first sign is often a healthy rank losing its connection to the one that died or
@@ -393,34 +588,53 @@ class _Watch:
         self.monitor.poll()
         died = self._died()
         if died:
-            r = died[0]
-            raise DistributedError(f"rank {r} died ({_describe_exit(self.procs[r].exitcode)})"
-                                   + self._others(r))
-        stalled = [r for r in self.monitor.stalled(threshold_s=min(self.monitor.stall_s, 5.0))
-                   if self.procs[r].exitcode is None and r not in self.errors]
+            i, r = died[0], self.ranks[died[0]]
+            self._raise(f"rank {r} died ({_describe_exit(self.procs[i].exitcode)}){self._on(r)}" + self._others(r))
+        posted = self._posted()
+        if posted:  # another host's launcher found the cause first
+            raise DistributedError(posted)
+        stalled = self._stalled(threshold_s=min(self.monitor.stall_s, 5.0))
         if stalled:
             r = stalled[0]
-            raise DistributedError(self.monitor.describe_stall(r) + self._others(r))
-        genuine = [r for r in sorted(self.errors) if not _is_wait_failure(self.errors[r])]
+            self._raise(self.monitor.describe_stall(r) + self._others(r))
+        genuine = [i for i in sorted(self.errors) if not _is_wait_failure(self.errors[i])]
         if genuine:  # an error of its own, not a lost connection or a timeout caused by another
-            r = genuine[0]
-            raise DistributedError(f"rank {r} failed: {self.errors[r]}" + self._others(r))
-        lagging = [r for r in self.monitor.lagging() if r not in self.errors]
+            i, r = genuine[0], self.ranks[genuine[0]]
+            self._raise(f"rank {r} failed: {self.errors[i]}{self._at(r)}" + self._others(r))
+        if self.spec is not None:  # only lost connections here: the host that lost a rank says which
+            deadline = time.monotonic() + 3 * self.GRACE_S
+            while time.monotonic() < deadline:
+                posted = self._posted()
+                if posted:
+                    raise DistributedError(posted)
+                time.sleep(0.2)
+        lagging = [r for r in self.monitor.lagging() if r not in self.ranks or self.ranks.index(r) not in self.errors]
         if lagging:
             r = lagging[0]
-            raise DistributedError(f"rank {r} fell behind: the others gave up waiting for it"
-                                   + self._others(r))
-        r = min(self.errors)
-        raise DistributedError(f"rank {r} failed: {self.errors[r]}" + self._others(r))
+            self._raise(f"rank {r} fell behind: the others gave up waiting for it{self._on(r)}" + self._others(r))
+        if not self.errors:  # a rank looked stopped but beats again (a long call on a busy host): watch on
+            return
+        i = min(self.errors)
+        r = self.ranks[i]
+        raise DistributedError(f"rank {r} failed: {self.errors[i]}{self._at(r)}" + self._others(r))
+
+    def _at(self, rank: int) -> str:
+        where = self.monitor.who(rank)
+        return f" ({where})" if where else ""
+
+    def _raise(self, message: str) -> None:
+        """Fail with ``message``, a cause found on this host: the other hosts stop with it too."""
+        self.post_failure(message)
+        raise DistributedError(message)
 
     def _others(self, culprit: int) -> str:
         """What the other ranks reported, briefly (they usually only noticed the culprit)."""
-        others = [r for r in sorted(self.errors) if r != culprit]
+        others = [i for i in sorted(self.errors) if self.ranks[i] != culprit]
         if not others:
             return ""
         first = self.errors[others[0]].splitlines()[0][:160]
         more = f" (and {len(others) - 1} more)" if len(others) > 1 else ""
-        return f"; then rank {others[0]}: {first}{more}"
+        return f"; then rank {self.ranks[others[0]]}: {first}{more}"
 
 
 def _is_wait_failure(error: str) -> bool:

@@ -95,6 +95,22 @@ class CommRelation:
         return cls_owner, cls_mask, inverse.astype(np.int64)
 
 
+def comm_relation_from_halos(halos: list[np.ndarray], node_part: np.ndarray, num_parts: int) -> CommRelation:
+    """The relation of :func:`comm_relation` from each part's 1-hop halo ids (``halos[p]``: the
+    vertices part ``p`` needs and does not own), without the graph's CSR: what a rank can plan
+    from the partition book's small metadata and the halo lists the other ranks send it."""
+    p = int(num_parts)
+    if p > 62:
+        raise ConfigError(f"comm_relation supports at most 62 parts, got {p}")
+    needed = np.concatenate([np.asarray(h, dtype=np.int64) for h in halos]) if halos else np.zeros(0, np.int64)
+    needer = np.repeat(np.arange(p, dtype=np.int64), [int(np.asarray(h).shape[0]) for h in halos])
+    vertices, inverse = np.unique(needed, return_inverse=True)
+    mask = np.zeros(vertices.shape[0], dtype=np.int64)
+    np.bitwise_or.at(mask, inverse, np.left_shift(np.int64(1), needer))
+    node_part = np.asarray(node_part)
+    return CommRelation(p, node_part, vertices, node_part[vertices].astype(np.int64), mask)
+
+
 def comm_relation(indptr: np.ndarray, indices: np.ndarray, node_part: np.ndarray,
                   num_parts: int | None = None) -> CommRelation:
     """The communication relation of a partition of a CSR graph (rows = destinations).

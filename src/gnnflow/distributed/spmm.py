@@ -100,11 +100,29 @@ def _cache_dir() -> Path:
     return Path(base)
 
 
+def cpu_signature() -> str:
+    """The CPU model name and feature flags of this host (``/proc/cpuinfo``'s first processor;
+    the machine name elsewhere): what ``-march=native`` code depends on."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        import platform
+
+        return platform.machine()
+    first = text.split("\n\n", 1)[0]
+    keep = [line.split(":", 1)[1].strip() for line in first.splitlines()
+            if line.split(":", 1)[0].strip() in ("model name", "flags", "Features", "CPU part")]
+    return " | ".join(keep)
+
+
 def cpu_kernel() -> Any:
     """The compiled CSR SpMM (ctypes function) or None when no C compiler works.
 
-    Built once per source version into ``$GNNFLOW_KERNEL_CACHE`` (default
-    ``~/.cache/gnnflow/kernels``); written to a temporary name and renamed, so
+    Built once per source version and CPU (model name and feature flags,
+    :func:`cpu_signature`: the kernel is built with ``-march=native``, so a home
+    directory shared by hosts of different CPUs holds one library per CPU and no
+    host loads one that would die with SIGILL) into ``$GNNFLOW_KERNEL_CACHE``
+    (default ``~/.cache/gnnflow/kernels``); written to a temporary name and renamed, so
     concurrent ranks never load a half-written library.  ``GNNFLOW_NO_KERNEL=1``
     forces the ``torch.sparse`` fallback.
     """
@@ -116,7 +134,7 @@ def cpu_kernel() -> Any:
         return None
     cc = os.environ.get("CC", "cc")
     flags = ["-O3", "-march=native", "-fopenmp", "-fPIC", "-shared", "-std=c99"]
-    key = hashlib.sha256((_KERNEL_SRC + cc + " ".join(flags)).encode()).hexdigest()[:16]
+    key = hashlib.sha256((_KERNEL_SRC + cc + " ".join(flags) + cpu_signature()).encode()).hexdigest()[:16]
     lib_path = _cache_dir() / f"spmm_{key}.so"
     try:
         if not lib_path.exists():

@@ -150,7 +150,8 @@ def partition_graph(store: Any, method: str, num_parts: int, out: str | os.PathL
             "num_parts": num_parts,
             "params": _jsonable(params),
             "seed": int(seed),
-            "graph": str(Path(store.path).resolve()),
+            # relative to the book: a book moved together with its graph, or staged, still finds it
+            "graph": os.path.relpath(Path(store.path).resolve(), out.resolve()),
             "graph_name": store.name,
             "num_nodes": store.num_nodes,
             "num_edges": store.num_edges,

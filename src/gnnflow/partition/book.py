@@ -180,7 +180,15 @@ class PartitionBook:
 
     @property
     def graph_path(self) -> Path:
-        return Path(self.meta["graph"])
+        """The graph store the book was made from (stored relative to the book; older books
+        hold an absolute path, read as it is)."""
+        return book_graph_path(self.path, self.meta)
+
+    @property
+    def staged_parts(self) -> list[int] | None:
+        """The parts this copy holds when it was made by ``gnnflow stage`` (None: all)."""
+        staged = self.meta.get("staged_parts")
+        return None if staged is None else [int(k) for k in staged]
 
     @property
     def levels(self) -> list[int] | None:
@@ -204,6 +212,11 @@ class PartitionBook:
     def part_dir(self, i: int) -> Path:
         if not 0 <= i < self.num_parts:
             raise StoreError(f"{self.path}: part {i} out of range [0, {self.num_parts})")
+        staged = self.staged_parts
+        if staged is not None and i not in staged:
+            raise StoreError(f"{self.path}: part {i} is not staged here (this copy holds parts "
+                             f"{','.join(map(str, staged))}); stage it with `gnnflow stage "
+                             f"{self.meta.get('staged_from', 'BOOK')} --part {i} --to DIR`")
         return self.path / f"part{i}"
 
     def load_part(self, i: int, mmap_features: bool = True, verify: bool = True) -> Part:
@@ -234,6 +247,13 @@ class PartitionBook:
 
     def __repr__(self) -> str:
         return f"PartitionBook({str(self.path)!r}, method={self.method!r}, num_parts={self.num_parts})"
+
+
+def book_graph_path(book_dir: str | os.PathLike[str], meta: dict[str, Any]) -> Path:
+    """``meta["graph"]`` of the book at ``book_dir`` as a path: relative ones are relative to the
+    book's directory (books written since issue 20), absolute ones as they are."""
+    graph = Path(str(meta.get("graph", "")))
+    return graph if graph.is_absolute() else Path(os.path.normpath(Path(book_dir) / graph))
 
 
 def khop_in_neighbourhood(indptr: np.ndarray, indices: np.ndarray, seeds: np.ndarray, hops: int,
@@ -411,7 +431,7 @@ def check_book_matches_graph(book_path: str | os.PathLike[str],
 
     book_meta = read_book_meta(book_path)
     graph_meta = read_meta(graph_path)
-    src = book_meta.get("graph", "?")
+    src = book_graph_path(book_path, book_meta) if book_meta.get("graph") else "?"
     want = book_meta.get("graph_fingerprint")
     have = graph_meta.get("fingerprint") or store_fingerprint(graph_meta)
     rerun = f"re-run `gnnflow partition {graph_path} ...` for this graph"

@@ -42,6 +42,8 @@ class RankContext:
     rank: int = 0
     world_size: int = 1
     device: torch.device = torch.device("cpu")
+    #: index among the ranks of this host (picks the device); equals ``rank`` on one host
+    local_rank: int = 0
 
     @property
     def is_distributed(self) -> bool:

@@ -73,6 +73,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        help="train on A + I in every strategy (default for gcn and gat)")
     loops.add_argument("--no-self-loops", dest="self_loops", action="store_const", const=False,
                        help="train on the graph as stored (default for sage)")
+    from gnnflow.distributed.launch import add_node_arguments
+
+    add_node_arguments(parser)
     parser.add_argument("--opt", action="append", default=[], metavar="KEY=VALUE",
                         help="strategy option (repeatable), value parsed as YAML")
     for flag, (key, value, help_text) in _OPTION_FLAGS.items():
@@ -156,11 +159,17 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
 
 
 def main(args: argparse.Namespace) -> int:
+    from gnnflow.distributed.launch import apply_node_arguments
     from gnnflow.strategies.driver import run_training
 
     cfg = config_from_args(args)
+    apply_node_arguments(args)
     records = run_training(cfg)
     last = [r for r in records if r.rank == 0]
+    from gnnflow.distributed.launch import is_first_rank
+
+    if not is_first_rank():  # another host's launcher: host 0's writes the run directory
+        cfg.out = None
     if last:
         r = last[-1]
         print(f"{cfg.strategy}/{cfg.model}: epoch {r.epoch} loss {r.loss:.4f} train {r.train_acc:.4f} "

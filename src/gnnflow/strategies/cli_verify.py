@@ -41,8 +41,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--fanouts", default=None,
                         help="data/split: comma-separated fanouts, input layer first (default 10,10 for data, "
                              "4,3 for split; -1 = full neighbourhood)")
+    parser.add_argument("--planner", default=None,
+                        help="dgcl: comma-separated planners to check (default all: spst,p2p,swap,replication)")
     parser.add_argument("--split-group-size", type=int, default=None,
                         help="split: ranks per split group, data-parallel across groups (GSplit §6.4)")
+    from gnnflow.distributed.launch import add_node_arguments
+
+    add_node_arguments(parser)
     parser.add_argument("--json", action="store_true", help="print the whole result as one JSON object")
 
 
@@ -53,7 +58,10 @@ def _fmt(d: dict[str, float]) -> str:
 def main(args: argparse.Namespace) -> int:
     if args.workers < 1:
         raise ConfigError(f"--workers must be >= 1, got {args.workers}")
+    from gnnflow.distributed.launch import apply_node_arguments
+
     fn = verifier(args.strategy)
+    apply_node_arguments(args)
     if args.model is None:
         import inspect
 
@@ -65,7 +73,11 @@ def main(args: argparse.Namespace) -> int:
         kw["fanouts"] = parse_fanouts(args.fanouts)
     if args.split_group_size is not None:
         kw["split_group_size"] = args.split_group_size
+    if args.planner is not None:
+        kw["planner"] = [p.strip() for p in args.planner.split(",") if p.strip()]
     for key in kw:
+        if key == "planner" and args.strategy == "dgcl":
+            continue
         if args.strategy not in ("data", "split") or (key == "split_group_size" and args.strategy != "split"):
             raise ConfigError(f"--{key.replace('_', '-')}: not an option of verify --strategy {args.strategy}")
     result = fn(args.workers, model=args.model, seed=args.seed, **kw)

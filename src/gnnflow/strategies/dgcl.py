@@ -18,9 +18,13 @@ Options (``--opt key=value``):
               which SPST reduces to load-balanced direct sends)
 ``norm``      GCN normalisation ``both`` (default) or ``right``
 
-The plan is made once on rank 0 from ``node_part`` and the graph store's CSR
-(offline planning, §4.1) and scattered; global degrees travel with it so the
-GCN normalisation is the whole graph's.
+The plan is made once on rank 0 from ``node_part`` and every part's halo ids,
+which the ranks send it (offline planning, §4.1; no rank reads the graph's
+CSR), and scattered; each rank counts the whole-graph degrees of its vertices
+from the parts (:func:`gnnflow.distributed.comm.part_degrees`) and fetches its
+halo's through the plan, so the GCN normalisation is the whole graph's.  Only
+the ``replication`` baseline reads the whole graph store (each rank builds its
+L-hop neighbourhood from it).
 
 Checkpoints: a plan is a pure function of the partition book, the graph, the
 topology, the planner and the seed (SPST and p2p shuffle their units with a
@@ -44,7 +48,8 @@ import torch.distributed as dist
 
 from gnnflow.config import TrainConfig
 from gnnflow.distributed.allgather import AllgatherStats, close_swap, graph_allgather, swap_tables
-from gnnflow.distributed.plan import comm_relation, make_plan
+from gnnflow.distributed.comm import part_degrees
+from gnnflow.distributed.plan import comm_relation_from_halos, make_plan
 from gnnflow.distributed.topology import load_topology, uniform_topology
 from gnnflow.errors import ConfigError
 from gnnflow.results.schema import Recorder
@@ -93,21 +98,18 @@ def plan_digest(*parts: Any) -> str:
     return h.hexdigest()
 
 
-def _rank_payloads(cfg: TrainConfig, world_size: int, planner: str) -> list[dict[str, Any]]:
-    """Rank 0: plan the partition and cut it into one payload per rank."""
-    from gnnflow.data.store import open_store
-    from gnnflow.partition.book import PartitionBook
-
-    book = PartitionBook.open(cfg.partition)
-    store = open_store(book.graph_path)
-    node_part = np.asarray(book.node_part)
-    loops = 1.0 if cfg.adds_self_loops else 0.0  # A + I adds one in- and one out-edge per vertex
-    in_deg = np.diff(np.asarray(store.indptr)).astype(np.float32) + loops
-    out_deg = np.bincount(np.asarray(store.indices), minlength=store.num_nodes).astype(np.float32) + loops
-    t0 = time.perf_counter()
-    payloads: list[dict[str, Any]] = [{} for _ in range(world_size)]
-    if planner != "replication":
-        rel = comm_relation(store.indptr, store.indices, node_part, book.num_parts)
+def _plan_tables(cfg: TrainConfig, part: Any, node_part: np.ndarray, rank: int, world_size: int,
+                 planner: str) -> tuple[Any, float]:
+    """This rank's plan table and the planning time.  Collective: rank 0 gathers every part's
+    halo ids (no rank reads the graph's CSR), plans (offline planning, §4.1) and scatters."""
+    halos: list[Any] = [part.halo_ids]
+    if world_size > 1:
+        halos = [None] * world_size if rank == 0 else None  # type: ignore[assignment]
+        dist.gather_object(part.halo_ids, halos, dst=0)
+    payloads: list[Any] = [None] * world_size
+    if rank == 0:
+        t0 = time.perf_counter()
+        rel = comm_relation_from_halos(halos, node_part, world_size)
         if planner == "swap":
             tables: list[Any] = swap_tables(rel)
         else:
@@ -116,16 +118,39 @@ def _rank_payloads(cfg: TrainConfig, world_size: int, planner: str) -> list[dict
             if topo.num_devices > world_size:
                 topo = topo.restrict(world_size)
             tables = make_plan(planner, rel, topo, cfg.seed).tables()
-        for r in range(world_size):
-            payloads[r]["table"] = tables[r]
-    plan_s = time.perf_counter() - t0
-    for r in range(world_size):
-        ids = np.flatnonzero(node_part == r)
-        payloads[r].update(plan_s=plan_s, in_deg_inner=in_deg[ids])
-        if "table" in payloads[r]:
-            t = payloads[r]["table"]
-            payloads[r]["out_deg_local"] = out_deg[np.concatenate([t.inner_ids, t.halo_ids])]
-    return payloads
+        plan_s = time.perf_counter() - t0
+        payloads = [(tables[r], plan_s) for r in range(world_size)]
+    if world_size == 1:
+        return payloads[0]
+    got: list[Any] = [None]
+    dist.scatter_object_list(got, payloads if rank == 0 else None, src=0)
+    return got[0]
+
+
+def _check_one_host() -> None:
+    """The swap baseline exchanges through one host's shared memory (§3): refuse ranks on
+    several hosts rather than read another host's (absent) buffers.  Collective."""
+    import socket
+
+    if not dist.is_initialized() or dist.get_world_size() == 1:
+        return
+    hosts: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(hosts, socket.gethostname())
+    if len(set(hosts)) > 1:
+        raise ConfigError(f"--opt planner=swap exchanges through one host's shared memory, but the ranks run "
+                          f"on {len(set(hosts))} hosts ({', '.join(sorted(set(hosts)))}); use planner spst or "
+                          "p2p across hosts")
+
+
+def _local_degrees(part: Any, node_part: np.ndarray, table: Any, world_size: int) -> tuple[np.ndarray, np.ndarray]:
+    """Whole-graph in-degrees of the inner vertices and out-degrees of the local (inner, then
+    halo) vertices, counted from the parts; the halo's come from their owners through the plan
+    itself.  Collective."""
+    in_deg, out_inner = part_degrees(part, node_part)
+    with torch.no_grad():
+        local = graph_allgather(torch.from_numpy(out_inner.astype(np.float32)).unsqueeze(1), table,
+                                AllgatherStats(world_size))
+    return in_deg.astype(np.float32), local[:, 0].numpy().copy()
 
 
 class PlannedHalo(FullBatchBase):
@@ -161,30 +186,23 @@ class PlannedHalo(FullBatchBase):
         part = book.load_part(rank)
         if self.cfg.adds_self_loops:  # the model's graph is A + I, as in every strategy
             part = part.with_self_loops()
-        payloads = _rank_payloads(self.cfg, p, self.planner) if rank == 0 else None
-        if p > 1:
-            got: list[Any] = [None]
-            dist.scatter_object_list(got, payloads, src=0)
-            mine = got[0]
-        else:
-            assert payloads is not None
-            mine = payloads[0]
-        self.plan_s = float(mine["plan_s"])
         dev = self.ctx.device
         self.inner_ids = part.inner_ids
         if self.planner == "replication":
             self._prepare_replication(book)
         else:
-            self.table = mine["table"]
+            if self.planner == "swap":
+                _check_one_host()
+            self.table, self.plan_s = _plan_tables(self.cfg, part, book.node_part, rank, p, self.planner)
             if not (np.array_equal(self.table.inner_ids, part.inner_ids)
                     and np.array_equal(self.table.halo_ids, part.halo_ids)):
                 raise ConfigError(f"{book.path}/part{rank}: inner/halo ids differ from the plan's; "
                                   "re-run `gnnflow partition` (1-hop halos are required)")
+            in_deg, out_deg = _local_degrees(part, book.node_part, self.table, p)
             block = Block(dst_ids=torch.from_numpy(part.inner_ids), src_ids=torch.from_numpy(part.local_to_global),
                           indptr=torch.from_numpy(np.asarray(part.indptr, dtype=np.int64)),
                           indices=torch.from_numpy(np.asarray(part.indices, dtype=np.int64)),
-                          src_deg=torch.from_numpy(mine["out_deg_local"]),
-                          dst_deg=torch.from_numpy(mine["in_deg_inner"]))
+                          src_deg=torch.from_numpy(out_deg), dst_deg=torch.from_numpy(in_deg))
             self.blocks = [block.to(dev)] * self.cfg.num_layers
             feats = part.features
             if feats is None:

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import random
 import time
 import uuid
@@ -249,8 +248,11 @@ def run_training(cfg: TrainConfig) -> list[EpochRecord]:
     cls = strategy_class(cfg.strategy)
     check_run(cfg, cls)  # before any rank starts and before the run directory is written
     tune_allocator()  # this process trains too (one rank, or rank 0 under torchrun/srun)
-    # under torchrun/srun every rank runs this function; only rank 0 writes files
-    is_rank0 = int(os.environ.get("RANK", os.environ.get("SLURM_PROCID", "0"))) == 0
+    # under torchrun/srun every rank runs this function, across hosts every host's launcher;
+    # only (the launcher of) rank 0 writes files
+    from gnnflow.distributed.launch import is_first_rank
+
+    is_rank0 = is_first_rank()
     run_dir = cfg.run_dir if is_rank0 else None
     batch = cls.batch_shares(cfg)
     if is_rank0:

@@ -74,8 +74,8 @@ from gnnflow.distributed.comm import (
     CommStats,
     all_gather,
     all_reduce_gradients,
-    alltoallv,
     broadcast,
+    part_degrees,
     world,
 )
 from gnnflow.distributed.devices import COMPUTE, HOST
@@ -506,27 +506,11 @@ class MiniBatchStrategy(Strategy):
     def global_degrees(self) -> torch.Tensor:
         """``[num_inner, 2]`` float32: whole-graph in- and out-degree of this rank's vertices.  Collective.
 
-        A source's out-edges are spread over the parts holding their
-        destinations: every part counts them, the partial counts of halo
-        vertices go to their owners (one exchange), which sum them.
+        Counted from the parts (:func:`gnnflow.distributed.comm.part_degrees`).
         """
         if getattr(self, "_global_degrees", None) is not None:
             return self._global_degrees
-        part = self.part
-        n_in = part.num_inner
-        partial = np.bincount(np.asarray(part.indices), minlength=part.num_local).astype(np.int64)
-        out_inner = partial[:n_in].copy()
-        group = self.part_group
-        if world(group)[1] > 1:
-            halo = np.asarray(part.halo_ids, dtype=np.int64)
-            owner = np.asarray(self.node_part[halo], dtype=np.int64)
-            order = np.argsort(owner, kind="stable")
-            counts = np.bincount(owner, minlength=world(group)[1]).tolist()
-            ids_in = alltoallv(list(torch.split(torch.from_numpy(halo[order]), counts)), group=group, kind=HOST)
-            deg_in = alltoallv(list(torch.split(torch.from_numpy(partial[n_in:][order]), counts)),
-                               recv_counts=[int(t.numel()) for t in ids_in], group=group, kind=HOST)
-            np.add.at(out_inner, part.global_to_local(torch.cat(ids_in).numpy()), torch.cat(deg_in).numpy())
-        in_deg = np.diff(np.asarray(part.indptr, dtype=np.int64))
+        in_deg, out_inner = part_degrees(self.part, self.node_part, self.part_group)
         # float32 rows (exact below 2**24) so they travel through the feature store
         self._global_degrees = torch.from_numpy(np.stack([in_deg, out_inner], 1).astype(np.float32))
         return self._global_degrees

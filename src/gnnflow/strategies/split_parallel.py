@@ -144,7 +144,7 @@ class SplitParallel(MiniBatchStrategy):
 
     # ------------------------------------------------------------------ setup
     def prepare(self) -> None:
-        from gnnflow.data.store import open_store
+        from gnnflow.data.store import load_split
         from gnnflow.partition.book import PartitionBook
 
         rank, size = world()
@@ -177,7 +177,7 @@ class SplitParallel(MiniBatchStrategy):
         self.in_dim = int(self.part.features.shape[1]) if self.part.features is not None else 0
         self.graph = SplitGraph.from_part(self.part, self.node_part, k)
         self.node_part_t = as_long_tensor(self.node_part)
-        self.train_ids = as_long_tensor(open_store(self.graph_path).train_idx)
+        self.train_ids = as_long_tensor(load_split(self.graph_path, "train_idx"))
         self.target_ids = np.asarray(self.part.train_idx, dtype=np.int64)  # the targets this rank can own
         # batch_size is the global mini-batch: ceil(N / batch_size) iterations, as data parallelism
         # and single-process training take on the same training set
