@@ -44,7 +44,9 @@ the feature dimension, ``H`` the hidden width, ``L`` layers, ``P`` ranks):
   also reads the whole CSR to plan (``8 (N + 1) + idx M``);
 * **DistDGL peer**: one DGL server per part holding its partition (the inner
   and halo structure in int64 and the features, shared memory) and one sampler
-  process per trainer (``BASE_DGL`` + sampled blocks).
+  process per trainer (``BASE_DGL`` + sampled blocks); the trainer's evaluation
+  runs DGL's full-neighbourhood sampler on 4096 seeds at a time, which costs
+  about ``DGL_EVAL_EDGE_BYTES`` per edge of such a batch (fitted on one run).
 
 The expected distinct vertices of a sampled layer: ``n_src = min(N, max(n_dst,
 a N (1 - exp(-n_dst (1 + f) / (a N)))))`` with ``f = min(fanout, M / N)``:
@@ -67,7 +69,7 @@ from pathlib import Path
 from typing import Any
 
 MIB = 1 << 20
-BASE = 250 * MIB  # one rank: interpreter, torch, numpy, gnnflow, gloo
+BASE = 290 * MIB  # one rank: interpreter, torch, numpy, gnnflow, gloo (measured on a tiny graph)
 BASE_LAUNCHER = 200 * MIB  # the `gnnflow train` process that spawns the ranks and waits
 BASE_DGL = 300 * MIB  # a process that imports DGL too
 ACT_DST = 6.0  # floats kept per destination and per (d_in + d_out) of a layer, forward + backward
@@ -78,6 +80,9 @@ DISTINCT_POOL = 0.65
 EVAL_CHUNKS = 4  # 64 MiB chunks of source rows alive in inference (rows, fetched halo, copy, output)
 CHUNK = 64 * MIB
 DGCL_SRC, DGCL_DST = 2.0, 5.0  # DGCL: floats per gathered source row and input width, per destination
+#: DistDGL peer's evaluation: bytes per edge of a full-neighbourhood batch (DGL's blocks, their
+#: formats and RPC copies; fitted on one run: 300k vertices, 6M edges, 2 ranks, SAGE 3 layers)
+DGL_EVAL_EDGE_BYTES = 240
 SPLIT_SHARE = 1.25  # split: a rank's share of a level is about 1.25 / P of it (vertices near a cut)
 DEFAULT_PIPELINE_MIB = 384
 
@@ -254,11 +259,12 @@ def shard_bytes(p: PartSizes, sizes: GraphSizes, features: bool = True) -> dict[
     return out
 
 
-def evaluation_bytes(p: PartSizes, cfg: Any, classes: int) -> int:
+def evaluation_bytes(p: PartSizes, cfg: Any, classes: int, feature_dim: int) -> int:
     """Layer-wise inference beyond the shard: a hidden table, chunks, logits."""
     hidden = cfg.hidden * (int(getattr(cfg, "heads", 1)) if cfg.model == "gat" else 1)
     table = 4 * p.inner * hidden if cfg.num_layers > 1 else 0
-    return int(table + EVAL_CHUNKS * CHUNK + 4 * p.inner * classes)
+    chunk = min(CHUNK, 4 * (p.inner + p.halo) * max(feature_dim, hidden))  # no more than the part's rows
+    return int(table + EVAL_CHUNKS * chunk + 4 * p.inner * classes)
 
 
 # ------------------------------------------------------------------------------------------ strategies
@@ -321,7 +327,7 @@ def estimate(cfg: Any, sizes: GraphSizes) -> MemoryEstimate:
                 # cache lines are zero pages until stored; the tag tables are filled (-1) at once
                 t["hec_cache"] = int(sum(4 * lines * d_in for d_in, _ in dims) + 8 * len(dims) * (cs + p.halo))
             t["batch"] = int(train)
-            ev = evaluation_bytes(p, cfg, classes)
+            ev = evaluation_bytes(p, cfg, classes, f_dim)
             if ev > train:  # evaluation runs after training's batches are gone
                 t["evaluation"] = int(ev - train)
             if opts.get("samplers") == "process":
@@ -348,7 +354,10 @@ def estimate(cfg: Any, sizes: GraphSizes) -> MemoryEstimate:
         elif strategy == "distdgl":
             t["baseline"] = BASE_DGL
             t["batch"] = int(batch_rows * 2 + acts)  # DGL's prefetch queue + the trained batch
-            t["evaluation"] = int(4 * p.inner * (cfg.hidden + classes))
+            # DGL's evaluation: full-neighbourhood blocks of 4096 seeds at a time (DistNodeDataLoader)
+            full = sampled_layers(4096, [-1] * cfg.num_layers, n, m)
+            edges = sum(x * m / max(1, n) for x in full[1:])
+            t["evaluation"] = max(0, int(DGL_EVAL_EDGE_BYTES * edges + 8 * full[0] * f_dim - t["batch"]))
             server = BASE_DGL + int(8 * 3 * (p.edges + p.halo) + 4 * p.inner * f_dim + 16 * (p.inner + p.halo))
             sampler = BASE_DGL + int(4 * 8 * sum(levels) * 4)
             nsamp = int(opts.get("num_samplers", 1))
