@@ -164,14 +164,15 @@ def test_baseline_term_matches_a_bare_rank():
 
 @pytest.fixture(scope="module")
 def measured_graph(tmp_path_factory):
-    """100k vertices, 100 features, 2 METIS parts: big enough that a SAGE 3x256 batch, not the
-    torch baseline, is most of a rank's peak."""
+    """300k vertices, 100 features, 2 METIS parts: big enough that a SAGE 3x256 batch (or the
+    full-batch buffers), not the torch baseline, is most of a rank's peak (at 100k vertices
+    the baseline is still over half of it)."""
     from gnnflow.data.synthetic import prepare_synthetic
     from gnnflow.partition.api import partition_graph
 
     tmp = tmp_path_factory.mktemp("memest")
-    store = prepare_synthetic(tmp / "graph", num_nodes=100_000, avg_degree=20, feature_dim=100, num_classes=16,
-                              train_frac=0.02, val_frac=0.01)
+    store = prepare_synthetic(tmp / "graph", num_nodes=300_000, avg_degree=20, feature_dim=100, num_classes=16,
+                              train_frac=0.04, val_frac=0.02)
     book = partition_graph(store.path, "metis", 2, tmp / "book", seed=0)
     return str(store.path), str(book.path)
 
@@ -191,8 +192,9 @@ def test_estimate_within_25_percent_of_the_measured_peak(measured_graph, strateg
     for row in rows:
         measured = row["mem_peak_rss_mib"] * MIB
         predicted = est.rank_peak(row["rank"])
-        # the baseline is a third of the peak or less here: the scaling terms are what is tested
-        assert BASE / measured < 0.4
-        assert abs(predicted - measured) / measured < 0.25, (
-            f"{strategy} rank {row['rank']}: predicted {predicted / MIB:.0f} MiB, measured "
-            f"{measured / MIB:.0f} MiB ({est.terms(row['rank'])})")
+        what = (f"{strategy} rank {row['rank']}: predicted {predicted / MIB:.0f} MiB, measured "
+                f"{measured / MIB:.0f} MiB ({est.terms(row['rank'])})")
+        # the baseline is about a third of the peak here; the terms that scale are checked on their own
+        assert BASE / measured < 0.4, what
+        assert abs(predicted - measured) / measured < 0.25, what
+        assert abs((predicted - BASE) - (measured - BASE)) / (measured - BASE) < 0.35, what

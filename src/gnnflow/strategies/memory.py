@@ -128,8 +128,7 @@ class GraphSizes:
     def even_parts(self, p: int) -> list[PartSizes]:
         """An even split when no book is given (full-batch row blocks, a whole graph)."""
         n, m = self.num_nodes / p, self.num_edges / p
-        halo = self.num_nodes - n if p > 1 else 0
-        halo = min(halo, n * (1 - math.exp(-self.num_edges / max(1, self.num_nodes))) * (p - 1)) if p > 1 else 0
+        halo = min(self.num_nodes - n, m * (p - 1) / p)  # a part's in-edges from other parts, at most
         return [PartSizes(int(n), int(halo), int(m)) for _ in range(p)]
 
 
@@ -314,8 +313,7 @@ def estimate(cfg: Any, sizes: GraphSizes) -> MemoryEstimate:
             elif strategy == "hec":
                 # sources: solid (local) vertices and cached halo rows, about (1 - cut) of data's
                 share = 1.0 - sizes.cut_fraction
-                hec_levels = [levels[-1]] + [x * share for x in levels[:-1]][::-1]
-                hec_levels = hec_levels[::-1]
+                hec_levels = [x * share for x in levels[:-1]] + [levels[-1]]
                 rows = 4.0 * hec_levels[0] * f_dim
                 train = (max(rows, min(2 * rows, budget)) if pipelined else rows) \
                     + activation_bytes(hec_levels, dims, cfg.model)
@@ -346,7 +344,7 @@ def estimate(cfg: Any, sizes: GraphSizes) -> MemoryEstimate:
                 # the unchanged autograd layers on [inner | halo] rows: per layer the gathered
                 # input (and its gradient) and the destinations' outputs, kept for backward
                 t["node_part"] = 4 * n
-                t["buffers"] = 0
+                del t["buffers"]
                 t["activations"] = int(4 * sum(DGCL_SRC * (p.inner + p.halo) * d_in + DGCL_DST * p.inner * d_out
                                                for d_in, d_out in dims))
                 if r == 0:
