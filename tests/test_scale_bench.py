@@ -51,7 +51,7 @@ def test_bench_scale_table_rows_exponents_and_counts(tmp_path, capsys):
 
     # a second call reuses the prepared graphs and books (no prepare/partition rows) and
     # --graph-dir runs a size on a given store and book
-    graph, book = work / "2000:8:0.2" / "graph", work / "2000:8:0.2" / "metis2"
+    graph, book = work / "2000-8-0.2" / "graph", work / "2000-8-0.2" / "metis2"
     assert cli_main(["bench", "scale", "--json", "--sizes", "given", "--strategies", "data", *TINY,
                      "--workdir", str(tmp_path / "w2"), "--graph-dir", f"given={graph}:{book}"]) == 0
     again = json.loads(capsys.readouterr().out.strip().splitlines()[-1])

@@ -139,7 +139,7 @@ def run_size(label: str, nodes: int, degree: float, frac: float, args: argparse.
     from gnnflow.config import TrainConfig
     from gnnflow.strategies.memory import estimate_run
 
-    root = Path(args.workdir) / label
+    root = Path(args.workdir) / label.replace(":", "-")  # no ':' in paths: --graph-dir splits on it
     root.mkdir(parents=True, exist_ok=True)
     rows: list[dict[str, Any]] = []
     graph, book = root / "graph", root / f"metis{args.workers}"
