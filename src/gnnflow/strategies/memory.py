@@ -7,7 +7,7 @@ config.  Every term follows what the code allocates (numbers in bytes, ``F``
 the feature dimension, ``H`` the hidden width, ``L`` layers, ``P`` ranks):
 
 * **process baseline** ``BASE``: Python, torch, numpy and gnnflow imported, a
-  gloo process group and its threads (measured: about 250 MiB per rank; the
+  gloo process group and its threads (measured: about 290 MiB per rank; the
   DistDGL peer imports DGL too);
 * **shard** (mini-batch strategies, HEC, full-batch, DGCL): the part's files.
   Features are memory-mapped, but an epoch reads rows at random and
@@ -15,12 +15,15 @@ the feature dimension, ``H`` the hidden width, ``L`` layers, ``P`` ranks):
   the local CSR, id maps and labels are read into memory;
 * **whole-graph vectors** a rank holds: ``node_part`` (4 N), the full-batch
   row partition (20 N), split's int64 owner map and training ids, P3's
-  feature columns of every vertex (``4 N F / P``, after reading the whole
-  feature file once through a memory map: ``4 N F``);
-* **pipeline** (data, split, hec, p3): the batches in flight, bounded by
-  ``pipeline_mib`` (default 384) but at least one batch: input rows of one
-  batch ``n_0 F 4`` where ``n_0`` is the expected number of distinct sampled
-  input vertices (below), the trained batch and the next one;
+  feature columns of every vertex (``4 N F / P``; P3 reads them from the whole
+  feature file once, at preparation, when nothing else is resident yet), and
+  its layer-0 partial outputs of every rank's micro-batch;
+* **pipeline** (data; HEC only with ``pipeline=true``): the batches in
+  flight, bounded by ``pipeline_mib`` (default 384) but at least one batch:
+  input rows of one batch ``n_0 F 4`` where ``n_0`` is the expected number of
+  distinct sampled input vertices (below), the trained batch and the next
+  one; split holds one batch, its owned share (about ``1.25 / P``) of every
+  level of the global batch;
 * **activations** of one batch: for a layer with ``n_dst`` destinations,
   ``n_src`` sources, widths ``d_in -> d_out`` the layer keeps about
   ``ACT_DST * n_dst * (d_in + d_out)`` floats (aggregation, the self and
@@ -33,12 +36,15 @@ the feature dimension, ``H`` the hidden width, ``L`` layers, ``P`` ranks):
   it is read) plus ``EVAL_CHUNKS`` chunks of source rows (64 MiB each) and the
   logits; the feature shard's pages are released after layer 0, so the peak
   is ``max(training, evaluation)`` over the non-shared terms;
-* **HEC** (DistGNN-MB): per layer a cache of ``min(cs, halo)`` lines of that
-  layer's input width (lines are zero pages until stored) and its int64 tag
-  tables (``8 (3 cs + halo)``);
+* **HEC** (DistGNN-MB): sources are solid vertices and cached halo rows,
+  about ``1 - cut`` of data-parallel's; per layer a cache whose lines are zero
+  pages until stored, so ``min(cs, halo, pushed)`` lines of that layer's input
+  width count (``pushed``: ``nc (P - 1)`` per iteration over the run), and its
+  int64 tag tables filled at once (``8 (cs + halo)``);
 * **full-batch / DGCL**: the part's ``Â`` tiles (12 bytes per non-zero), the
-  ``L + 3`` shared ``n_r x max(F, H)`` buffers (MG-GCN §4.2), the received
-  broadcast blocks (two in flight) or, for DGCL (autograd layers on the local
+  shared buffers of MG-GCN §4.2 (aggregated input, every layer's output, one
+  scratch: ``4 n_r (F + sum d_out + max d)``), the received broadcast blocks
+  (two in flight, the narrower width) or, for DGCL (autograd layers on the local
   graph), ``DGCL_SRC`` floats per gathered row ``(n_inner + n_halo) x d_in`` and
   ``DGCL_DST`` per output ``n_inner x d_out`` of every layer; DGCL's rank 0
   also reads the whole CSR to plan (``8 (N + 1) + idx M``);
@@ -56,7 +62,8 @@ skewed graphs draws repeat more than uniform ones would).
 
 Constants were fitted on 2-rank runs of a 300k-vertex synthetic graph and
 checked against the products-shaped runs (docs/runtime.md "Memory preflight");
-``predicted vs measured`` is reported by ``gnnflow bench scale``.
+``predicted vs measured`` is reported by ``gnnflow bench scale``.  The figure
+is an epoch's steady state: an epoch of a few iterations peaks lower.
 """
 
 from __future__ import annotations
