@@ -37,10 +37,10 @@ the feature dimension, ``H`` the hidden width, ``L`` layers, ``P`` ranks):
   logits; the feature shard's pages are released after layer 0, so the peak
   is ``max(training, evaluation)`` over the non-shared terms;
 * **HEC** (DistGNN-MB): sources are solid vertices and cached halo rows,
-  about ``1 - cut`` of data-parallel's; per layer a cache whose lines are zero
-  pages until stored, so ``min(cs, halo, pushed)`` lines of that layer's input
-  width count (``pushed``: ``nc (P - 1)`` per iteration over the run), and its
-  int64 tag tables filled at once (``8 (cs + halo)``);
+  about ``1 - cut`` of data-parallel's; per layer a cache of ``cs`` lines of
+  that layer's input width (``torch.zeros`` writes them all at once: with the
+  default ``cs = 0.408 N`` this is the largest term, 2.4 GB per rank on
+  products) and its int64 tag tables (``8 (3 cs + halo)``);
 * **full-batch / DGCL**: the part's ``Â`` tiles (12 bytes per non-zero), the
   shared buffers of MG-GCN §4.2 (aggregated input, every layer's output, one
   scratch: ``4 n_r (F + sum d_out + max d)``), the received broadcast blocks
@@ -326,11 +326,9 @@ def estimate(cfg: Any, sizes: GraphSizes) -> MemoryEstimate:
                     + activation_bytes(hec_levels, dims, cfg.model)
                 cs = int(opts["cs"]) if str(opts.get("cs", "auto")) not in ("auto", "None") \
                     else max(1, round(0.408 * n))
-                iterations = max(1, math.ceil(sizes.num_train / cfg.batch_size)) * cfg.epochs
-                pushed = iterations * int(opts.get("nc", 2000)) * (workers - 1)  # lines AEP stores
-                lines = min(cs, p.halo, pushed)
-                # cache lines are zero pages until stored; the tag tables are filled (-1) at once
-                t["hec_cache"] = int(sum(4 * lines * d_in for d_in, _ in dims) + 8 * len(dims) * (cs + p.halo))
+                # torch.zeros writes every line at once, and the tag tables (line_slot, stored_at,
+                # order: cs each; slot_line: one per halo vertex) are filled too
+                t["hec_cache"] = int(sum(4 * cs * d_in for d_in, _ in dims) + 8 * len(dims) * (3 * cs + p.halo))
             t["batch"] = int(train)
             ev = evaluation_bytes(p, cfg, classes, f_dim)
             if ev > train:  # evaluation runs after training's batches are gone
