@@ -63,6 +63,10 @@ def test_sweep_product_and_readable_names():
     assert "abl-data-synthetic-sage-w4-metis4-f10x10-pipelineTrue" in names
     run = next(r for r in runs if r.name == "abl-split-synthetic-sage-w4-metis4-f5x5-pipelineFalse")
     assert "--fanouts 5,5" in run.train_args() and "--opt pipeline=false" in run.train_args()
+    assert "--force" not in run.train_args()  # the memory preflight refuses unless the config says so
+    cfg["train"]["sweeps"][0]["force"] = True
+    forced = expand_runs(_validate(cfg))
+    assert all("--force" in r.train_args() for r in forced)
 
 
 def _snakemake(*args, cwd=ROOT):

@@ -17,6 +17,10 @@ class ConfigError(GnnflowError):
     """A bad option or config value."""
 
 
+class ResourceError(GnnflowError):
+    """A run would not fit this host (the memory preflight, gnnflow.strategies.memory)."""
+
+
 class DownloadError(GnnflowError):
     """A dataset download failed (offline, unknown name, bad checksum)."""
 

@@ -62,6 +62,8 @@ class RunSpec:
                 flags.append(f"{flag} {s[key]}")
         if s.get("self_loops") is not None:
             flags.append("--self-loops" if s["self_loops"] else "--no-self-loops")
+        if s.get("force"):  # run even where the memory preflight predicts it will not fit
+            flags.append("--force")
         if "fanouts" in s:
             flags.append("--fanouts " + ",".join(str(f) for f in s["fanouts"]))
         for key, value in sorted(self.options.items()):
@@ -205,7 +207,7 @@ def expand_runs(config: dict[str, Any]) -> list[RunSpec]:
                 values["workers"] = 1
             if values.get("fanouts") is None:
                 values.pop("fanouts", None)
-            for key in ("eval_every", "self_loops", "gcn_degrees"):  # settings that are not swept
+            for key in ("eval_every", "self_loops", "gcn_degrees", "force"):  # settings that are not swept
                 if key in merged:
                     values[key] = merged[key]
             parts = [sweep["name"], strategy, dataset, str(values.get("model", "sage")), f"w{values.get('workers', 1)}"]

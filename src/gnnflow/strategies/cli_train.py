@@ -73,6 +73,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        help="train on A + I in every strategy (default for gcn and gat)")
     loops.add_argument("--no-self-loops", dest="self_loops", action="store_const", const=False,
                        help="train on the graph as stored (default for sage)")
+    parser.add_argument("--force", action="store_true",
+                        help="run even where the memory preflight estimates that the run's processes will not "
+                             "fit in the memory available (MemAvailable, the cgroup limit, or "
+                             "GNNFLOW_MEMORY_AVAILABLE_MIB)")
     from gnnflow.distributed.launch import add_node_arguments
 
     add_node_arguments(parser)
@@ -159,12 +163,18 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
 
 
 def main(args: argparse.Namespace) -> int:
+    from gnnflow.strategies.memory import check_memory
+
+    cfg = config_from_args(args)
+    force = bool(getattr(args, "force", False))
+    if Path(cfg.graph, "meta.json").is_file():  # else the driver's checks name what is missing
+        check_memory(cfg, force, int(getattr(args, "nnodes", 1)))  # before any rank starts
+
     from gnnflow.distributed.launch import apply_node_arguments
     from gnnflow.strategies.driver import run_training
 
-    cfg = config_from_args(args)
     apply_node_arguments(args)
-    records = run_training(cfg)
+    records = run_training(cfg, force=force, check_memory=False)
     last = [r for r in records if r.rank == 0]
     from gnnflow.distributed.launch import is_first_rank
 

@@ -6,6 +6,11 @@ strategy option, a path that does not exist) is found
 here, in the launching process, in well under a second, and reported as one
 line; nothing is spawned and no run directory is made.  Ranks repeat the checks
 they depend on (they also run without this driver: verify, benches).
+
+The memory preflight (:func:`gnnflow.strategies.memory.check_memory`, issue
+19.5) estimates every process's peak from small metadata, logs it on one line
+with the memory available, and refuses a run whose processes on this host would
+not fit (``--force`` runs it anyway, with a warning).
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from typing import Any
 from gnnflow.config import TrainConfig
 from gnnflow.errors import ConfigError, StoreError
 from gnnflow.strategies.base import RankContext, Strategy
+from gnnflow.strategies.memory import check_memory
 
 log = logging.getLogger("gnnflow.train")
 
@@ -35,8 +41,10 @@ def _read_meta(directory: Path, what: str, make: str) -> dict[str, Any]:
         raise StoreError(f"{meta}: cannot read ({exc})") from None
 
 
-def check_run(cfg: TrainConfig, cls: type[Strategy]) -> None:
-    """Everything about ``cfg`` that can be checked without ranks (raises a one-line error)."""
+def check_run(cfg: TrainConfig, cls: type[Strategy], force: bool = False, memory: bool = True) -> None:
+    """Everything about ``cfg`` that can be checked without ranks (raises a one-line error);
+    ``memory``: also the memory preflight (``force``: run even where the estimate exceeds what
+    is available; ``gnnflow train`` runs it first, before torch is imported)."""
     cores = os.cpu_count() or 1
     if cfg.workers > cores:
         log.warning("%d ranks on %d cores: each rank gets %.2f of a core, so the run will be slow "
@@ -58,3 +66,5 @@ def check_run(cfg: TrainConfig, cls: type[Strategy]) -> None:
             raise ConfigError(f"{cfg.partition}: {have} parts, but --strategy {cfg.strategy} with "
                               f"--workers {cfg.workers} needs {want}; partition into {want} parts "
                               f"(gnnflow partition --parts {want}) or change --workers")
+    if memory:
+        check_memory(cfg, force)

@@ -1,0 +1,483 @@
+"""Peak memory of a training run, estimated before any rank starts (issue 19.5).
+
+The estimate reads only small metadata: the graph store's ``meta.json`` (N, M,
+feature dimension, classes), the partition book's ``meta.json`` (per part:
+inner vertices, halo vertices, local edges, index width) and the training
+config.  Every term follows what the code allocates (numbers in bytes, ``F``
+the feature dimension, ``H`` the hidden width, ``L`` layers, ``P`` ranks):
+
+* **process baseline** ``BASE``: Python, torch, numpy and gnnflow imported, a
+  gloo process group and its threads (measured: about 290 MiB per rank; the
+  DistDGL peer imports DGL too);
+* **shard** (mini-batch strategies, HEC, full-batch, DGCL): the part's files.
+  Features are memory-mapped, but an epoch reads rows at random and
+  evaluation reads all of them, so the whole shard counts as resident;
+  the local CSR, id maps and labels are read into memory;
+* **whole-graph vectors** a rank holds: ``node_part`` (4 N), the full-batch
+  row partition (20 N), split's int64 owner map and training ids, P3's
+  feature columns of every vertex (``4 N F / P``; P3 reads them from the whole
+  feature file once, at preparation, when nothing else is resident yet), and
+  its layer-0 partial outputs of every rank's micro-batch;
+* **pipeline** (data; HEC only with ``pipeline=true``): the batches in
+  flight, bounded by ``pipeline_mib`` (default 384) but at least one batch:
+  input rows of one batch ``n_0 F 4`` where ``n_0`` is the expected number of
+  distinct sampled input vertices (below), the trained batch and the next
+  one; split holds one batch, its owned share (about ``1.25 / P``) of every
+  level of the global batch;
+* **activations** of one batch: for a layer with ``n_dst`` destinations,
+  ``n_src`` sources, widths ``d_in -> d_out`` the layer keeps about
+  ``ACT_DST * n_dst * (d_in + d_out)`` floats (aggregation, the self and
+  neighbour maps, their sum, activation, dropout mask, and their gradients),
+  plus ``ACT_SRC * n_src * d_out`` where it projects its sources first
+  (``d_in > d_out``); the input rows themselves are the pipeline's;
+* **model**: parameters, gradients and Adam's two moments (16 bytes per weight);
+* **evaluation** (layer-wise inference, :mod:`gnnflow.distributed.inference`):
+  one hidden table of the part (``n_inner H 4``, memory-mapped, resident while
+  it is read) plus ``EVAL_CHUNKS`` chunks of source rows (64 MiB each) and the
+  logits; the feature shard's pages are released after layer 0, so the peak
+  is ``max(training, evaluation)`` over the non-shared terms;
+* **HEC** (DistGNN-MB): sources are solid vertices and cached halo rows,
+  about ``1 - cut`` of data-parallel's; per layer a cache of ``cs`` lines of
+  that layer's input width (``torch.zeros`` writes them all at once: with the
+  default ``cs = 0.408 N`` this is the largest term, 2.4 GB per rank on
+  products) and its int64 tag tables (``8 (3 cs + halo)``);
+* **full-batch / DGCL**: the part's ``Â`` tiles (12 bytes per non-zero), the
+  shared buffers of MG-GCN §4.2 (aggregated input, every layer's output, one
+  scratch: ``4 n_r (F + sum d_out + max d)``), the received broadcast blocks
+  (two in flight, the narrower width) or, for DGCL (autograd layers on the local
+  graph), ``DGCL_SRC`` floats per gathered row ``(n_inner + n_halo) x d_in`` and
+  ``DGCL_DST`` per output ``n_inner x d_out`` of every layer; DGCL's rank 0
+  also reads the whole CSR to plan (``8 (N + 1) + idx M``);
+* **DistDGL peer**: one DGL server per part holding its partition (the inner
+  and halo structure in int64 and the features, shared memory) and one sampler
+  process per trainer (``BASE_DGL`` + sampled blocks); the trainer's evaluation
+  runs DGL's full-neighbourhood sampler on 4096 seeds at a time, which costs
+  about ``DGL_EVAL_EDGE_BYTES`` per edge of such a batch (fitted on one run).
+
+The expected distinct vertices of a sampled layer: ``n_src = min(N, max(n_dst,
+a N (1 - exp(-n_dst (1 + f) / (a N)))))`` with ``f = min(fanout, M / N)``:
+the destinations and their draws at random from a pool of ``a N`` vertices
+(``a = DISTINCT_POOL``: neighbours are drawn in proportion to degree, so on
+skewed graphs draws repeat more than uniform ones would).
+
+Constants were fitted on 2-rank runs of a 300k-vertex synthetic graph and
+checked against the products-shaped runs (docs/runtime.md "Memory preflight");
+``predicted vs measured`` is reported by ``gnnflow bench scale``.  The figure
+is an epoch's steady state: an epoch of a few iterations peaks lower.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+MIB = 1 << 20
+BASE = 290 * MIB  # one rank: interpreter, torch, numpy, gnnflow, gloo (measured on a tiny graph)
+BASE_LAUNCHER = 200 * MIB  # the `gnnflow train` process that spawns the ranks and waits
+BASE_DGL = 300 * MIB  # a process that imports DGL too
+ACT_DST = 6.0  # floats kept per destination and per (d_in + d_out) of a layer, forward + backward
+ACT_SRC = 2.0  # floats per source row and output feature of a layer that projects first
+#: sampled vertices are drawn in proportion to degree: on skewed (power-law) graphs a layer's
+#: draws fall on about this share of the vertices (fitted: 300k- and 2.45M-vertex synthetic graphs)
+DISTINCT_POOL = 0.65
+EVAL_CHUNKS = 4  # 64 MiB chunks of source rows alive in inference (rows, fetched halo, copy, output)
+CHUNK = 64 * MIB
+DGCL_SRC, DGCL_DST = 2.0, 5.0  # DGCL: floats per gathered source row and input width, per destination
+#: DistDGL peer's evaluation: bytes per edge of a full-neighbourhood batch (DGL's blocks, their
+#: formats and RPC copies; fitted on one run: 300k vertices, 6M edges, 2 ranks, SAGE 3 layers)
+DGL_EVAL_EDGE_BYTES = 240
+SPLIT_SHARE = 1.25  # split: a rank's share of a level is about 1.25 / P of it (vertices near a cut)
+DEFAULT_PIPELINE_MIB = 384
+
+#: strategies whose ranks run the shared mini-batch machinery (pipeline, inference)
+MINIBATCH = ("data", "split", "p3", "hec")
+
+
+@dataclass
+class PartSizes:
+    inner: int
+    halo: int
+    edges: int  # local CSR entries (in-edges of the inner vertices)
+
+
+@dataclass
+class GraphSizes:
+    """What the estimate needs from the store and the book (metadata only)."""
+
+    num_nodes: int
+    num_edges: int
+    feature_dim: int
+    num_classes: int
+    parts: list[PartSizes] = field(default_factory=list)
+    idx_bytes: int = 4  # a part's local indices (books record idx_bits)
+    store_idx_bytes: int = 8  # the store's CSR indices
+    num_train: int = 0
+    cut_fraction: float = 0.0  # edges between parts / all edges (the book's quality)
+
+    @classmethod
+    def read(cls, graph: str | os.PathLike[str], book: str | os.PathLike[str] | None = None) -> GraphSizes:
+        meta = _meta(Path(graph))
+        sizes = cls(num_nodes=int(meta["num_nodes"]), num_edges=int(meta["num_edges"]),
+                    feature_dim=int(meta.get("feature_dim") or 0), num_classes=int(meta.get("num_classes") or 2))
+        sizes.store_idx_bytes = _store_idx_bytes(Path(graph), sizes.num_edges)
+        sizes.num_train = int(meta.get("num_train") or 0.1 * sizes.num_nodes)
+        if book is not None:
+            bmeta = _meta(Path(book))
+            sizes.idx_bytes = int(bmeta.get("idx_bits", 64)) // 8
+            sizes.parts = _book_parts(bmeta, sizes.num_nodes, sizes.num_edges)
+            sizes.cut_fraction = float((bmeta.get("quality") or {}).get("edge_cut_pct", 0.0)) / 100.0
+        return sizes
+
+    def even_parts(self, p: int) -> list[PartSizes]:
+        """An even split when no book is given (full-batch row blocks, a whole graph)."""
+        n, m = self.num_nodes / p, self.num_edges / p
+        halo = min(self.num_nodes - n, m * (p - 1) / p)  # a part's in-edges from other parts, at most
+        return [PartSizes(int(n), int(halo), int(m)) for _ in range(p)]
+
+
+def _meta(directory: Path) -> dict[str, Any]:
+    return json.loads((directory / "meta.json").read_text())
+
+
+def _store_idx_bytes(graph: Path, num_edges: int) -> int:
+    f = graph / "indices.npy"
+    try:
+        size = f.stat().st_size
+    except OSError:
+        return 8
+    return 4 if num_edges and size < 6 * num_edges else 8
+
+
+def _book_parts(bmeta: dict[str, Any], n: int, m: int) -> list[PartSizes]:
+    p = int(bmeta.get("num_parts", 1))
+    q = bmeta.get("quality", {}) or {}
+    inner = q.get("part_sizes") or [n // p] * p
+    edges = q.get("edges_per_part") or [m // p] * p
+    halo = q.get("halo_per_part") or [min(n - int(i), int(e)) for i, e in zip(inner, edges, strict=True)]
+    return [PartSizes(int(i), int(h), int(e)) for i, h, e in zip(inner, halo, edges, strict=True)]
+
+
+@dataclass
+class MemoryEstimate:
+    """Peak resident bytes per process of a run on one host."""
+
+    strategy: str
+    ranks: list[dict[str, int]]  # per rank: term -> bytes (the peak is their sum)
+    helpers: list[dict[str, int]] = field(default_factory=list)  # per rank: role -> bytes (samplers, servers)
+    launcher: int = BASE_LAUNCHER
+
+    def rank_peak(self, r: int) -> int:
+        return sum(self.ranks[r].values())
+
+    @property
+    def max_rank(self) -> int:
+        return max(self.rank_peak(r) for r in range(len(self.ranks)))
+
+    @property
+    def total(self) -> int:
+        """All processes of the run together (one host)."""
+        return self.host_total(len(self.ranks))
+
+    def host_total(self, local: int) -> int:
+        """The processes of ``local`` ranks sharing a host (the largest ranks: a bound), their
+        helpers and the launcher."""
+        order = sorted(range(len(self.ranks)), key=self.rank_peak, reverse=True)[:max(1, local)]
+        return (sum(self.rank_peak(r) for r in order)
+                + sum(sum(self.helpers[r].values()) for r in order if r < len(self.helpers)) + self.launcher)
+
+    def terms(self, r: int = 0) -> str:
+        parts = sorted(self.ranks[r].items(), key=lambda kv: -kv[1])
+        return ", ".join(f"{k} {v / MIB:.0f}" for k, v in parts if v >= MIB)
+
+    def line(self, local: int | None = None) -> str:
+        per = [self.rank_peak(r) / MIB for r in range(len(self.ranks))]
+        span = f"{min(per):.0f}" if max(per) - min(per) < 1 else f"{min(per):.0f}-{max(per):.0f}"
+        helpers = ""
+        if self.helpers and any(self.helpers):
+            roles: dict[str, int] = {}
+            for h in self.helpers:
+                for k, v in h.items():
+                    roles[k] = max(roles.get(k, 0), v)
+            helpers = "; " + ", ".join(f"{k} {v / MIB:.0f} MiB each" for k, v in roles.items())
+        return (f"memory estimate: {self.strategy}, {len(self.ranks)} rank(s), {span} MiB per rank "
+                f"(rank 0: {self.terms(0)}){helpers}; "
+                f"{self.host_total(len(self.ranks) if local is None else local) / MIB:.0f} MiB on this host")
+
+
+# ------------------------------------------------------------------------------------------ pieces
+def sampled_layers(targets: float, fanouts: list[int], num_nodes: int, num_edges: int) -> list[float]:
+    """Expected distinct vertices per block level, outermost (input) first: ``[n_0, ..., n_L]``
+    with ``n_L = targets``; ``fanouts`` input layer first (``-1``: all neighbours)."""
+    n = float(max(1, num_nodes))
+    avg = num_edges / n
+    out = [float(min(targets, n))]
+    for f in reversed(fanouts):
+        k = avg if f < 0 else min(float(f), avg)
+        dst, pool = out[0], DISTINCT_POOL * n
+        out.insert(0, min(n, max(dst, pool * (1.0 - math.exp(-dst * (1.0 + k) / pool)))))
+    return out
+
+
+def layer_dims(cfg: Any, in_dim: int, classes: int) -> list[tuple[int, int]]:
+    """(d_in, d_out) of every layer (GAT hidden layers concatenate their heads)."""
+    heads = int(getattr(cfg, "heads", 1)) if cfg.model == "gat" else 1
+    dims = []
+    d = in_dim
+    for i in range(cfg.num_layers):
+        last = i == cfg.num_layers - 1
+        out = classes if last else cfg.hidden * heads
+        dims.append((d, out))
+        d = out
+    return dims
+
+
+def model_bytes(cfg: Any, in_dim: int, classes: int) -> int:
+    """Weights, gradients and Adam's two moments."""
+    mult = 2 if cfg.model == "sage" else 1  # SAGE: self and neighbour maps
+    weights = sum(mult * a * b + b for a, b in layer_dims(cfg, in_dim, classes))
+    return 16 * weights
+
+
+def activation_bytes(levels: list[float], dims: list[tuple[int, int]], model: str) -> float:
+    """Bytes one batch's forward and backward keep (see the module docstring): per layer
+    ``ACT_DST`` floats per destination and ``d_in + d_out``, and where a layer projects its
+    sources first (``d_in > d_out``, the output layer) ``ACT_SRC`` per source and ``d_out``."""
+    heads_factor = 2.0 if model == "gat" else 1.0  # attention scores per edge and head
+    total = 0.0
+    for (d_in, d_out), n_src, n_dst in zip(dims, levels[:-1], levels[1:], strict=True):
+        total += ACT_DST * n_dst * (d_in + d_out) * heads_factor
+        if d_in > d_out:
+            total += ACT_SRC * n_src * d_out
+    return 4.0 * total
+
+
+def shard_bytes(p: PartSizes, sizes: GraphSizes, features: bool = True) -> dict[str, int]:
+    """A part as the book stores it and ``load_part`` reads it."""
+    structure = (p.edges * sizes.idx_bytes + (p.inner + 1) * 8 + 8 * (p.inner + p.halo)  # CSR, inner/halo ids
+                 + 8 * p.inner + 8 * (p.inner + p.halo))  # labels, local_to_global
+    out = {"shard_structure": int(structure)}
+    if features:
+        out["shard_features"] = int(4 * p.inner * sizes.feature_dim)
+    return out
+
+
+def evaluation_bytes(p: PartSizes, cfg: Any, classes: int, feature_dim: int) -> int:
+    """Layer-wise inference beyond the shard: a hidden table, chunks, logits."""
+    hidden = cfg.hidden * (int(getattr(cfg, "heads", 1)) if cfg.model == "gat" else 1)
+    table = 4 * p.inner * hidden if cfg.num_layers > 1 else 0
+    chunk = min(CHUNK, 4 * (p.inner + p.halo) * max(feature_dim, hidden))  # no more than the part's rows
+    return int(table + EVAL_CHUNKS * chunk + 4 * p.inner * classes)
+
+
+# ------------------------------------------------------------------------------------------ strategies
+def estimate(cfg: Any, sizes: GraphSizes) -> MemoryEstimate:
+    """Peak bytes per rank and helper process of ``cfg`` on a graph of ``sizes``."""
+    strategy = cfg.strategy
+    workers = max(1, int(cfg.workers)) if strategy != "single" else 1
+    parts = sizes.parts if len(sizes.parts) == workers else sizes.even_parts(workers)
+    opts = dict(cfg.options or {})
+    f_dim = max(1, sizes.feature_dim)
+    classes = sizes.num_classes
+    n, m = sizes.num_nodes, sizes.num_edges
+    dims = layer_dims(cfg, f_dim, classes)
+    model = model_bytes(cfg, f_dim, classes)
+    ranks: list[dict[str, int]] = []
+    helpers: list[dict[str, int]] = []
+    per_rank_batch = cfg.batch_size / workers
+    if strategy == "split":  # one global mini-batch split across the ranks by owner
+        per_rank_batch = float(cfg.batch_size)
+    levels = sampled_layers(per_rank_batch, list(cfg.fanouts), n, m)
+    batch_rows = 4.0 * levels[0] * f_dim
+    if strategy == "split":  # each rank loads and computes its owned share of every level
+        share = min(1.0, SPLIT_SHARE / workers)
+        levels = [x * share for x in levels]
+        batch_rows *= share
+    acts = activation_bytes(levels, dims, cfg.model)
+    budget = float(opts.get("pipeline_mib", DEFAULT_PIPELINE_MIB)) * MIB
+    pipelined = str(opts.get("pipeline", strategy != "hec")).lower() not in ("false", "0", "no")
+    pipeline = max(batch_rows, min(2 * batch_rows, budget)) if pipelined else batch_rows
+    for r, p in enumerate(parts):
+        t: dict[str, int] = {"baseline": BASE, "model": model}
+        if strategy == "single":
+            t["store"] = int(4 * n * f_dim + 8 * (n + 1) + sizes.store_idx_bytes * m + 8 * n)
+            t["batch"] = int(batch_rows + acts)
+            t["evaluation"] = int(EVAL_CHUNKS * CHUNK + 4 * n * (cfg.hidden + classes))
+        elif strategy in MINIBATCH:
+            t.update(shard_bytes(p, sizes, features=strategy != "p3"))
+            t["node_part"] = 4 * n
+            train = pipeline + acts
+            if strategy == "split":
+                t["node_part"] += 8 * n + 8 * sizes.num_train  # int64 owner map, training ids
+                train = batch_rows + acts  # split's batches are not queued ahead in bytes
+            elif strategy == "p3":
+                # every vertex's feature columns; layer-0 partials of every rank's micro-batch
+                t["p3_columns"] = int(4 * n * f_dim / workers)
+                train = acts + 4.0 * levels[1] * cfg.hidden * workers
+            elif strategy == "hec":
+                # sources: solid (local) vertices and cached halo rows, about (1 - cut) of data's
+                share = 1.0 - sizes.cut_fraction
+                hec_levels = [x * share for x in levels[:-1]] + [levels[-1]]
+                rows = 4.0 * hec_levels[0] * f_dim
+                train = (max(rows, min(2 * rows, budget)) if pipelined else rows) \
+                    + activation_bytes(hec_levels, dims, cfg.model)
+                cs = int(opts["cs"]) if str(opts.get("cs", "auto")) not in ("auto", "None") \
+                    else max(1, round(0.408 * n))
+                # torch.zeros writes every line at once, and the tag tables (line_slot, stored_at,
+                # order: cs each; slot_line: one per halo vertex) are filled too
+                t["hec_cache"] = int(sum(4 * cs * d_in for d_in, _ in dims) + 8 * len(dims) * (3 * cs + p.halo))
+            t["batch"] = int(train)
+            ev = evaluation_bytes(p, cfg, classes, f_dim)
+            if ev > train:  # evaluation runs after training's batches are gone
+                t["evaluation"] = int(ev - train)
+            if opts.get("samplers") == "process":
+                helpers.append({"sampler": BASE + int(t["shard_structure"] + budget / 8)})
+        elif strategy in ("fullbatch", "dgcl"):
+            loops = p.inner if cfg.adds_self_loops else 0
+            t.update(shard_bytes(p, sizes))
+            t["adjacency"] = int(12 * (p.edges + loops) * (1 if strategy == "fullbatch" else 2))
+            # MG-GCN §4.2 shared buffers: aggregated input, every layer's output, one scratch
+            t["buffers"] = int(4 * p.inner * (f_dim + sum(d for _, d in dims) + max(d for _, d in dims)))
+            if strategy == "fullbatch":
+                t["row_partition"] = 20 * n
+                # two receive buffers of the broadcast SpMM, on the narrower side of each layer
+                t["broadcast"] = int(2 * 4 * max(q.inner for q in parts) * min(f_dim, cfg.hidden))
+            else:
+                # the unchanged autograd layers on [inner | halo] rows: per layer the gathered
+                # input (and its gradient) and the destinations' outputs, kept for backward
+                t["node_part"] = 4 * n
+                del t["buffers"]
+                t["activations"] = int(4 * sum(DGCL_SRC * (p.inner + p.halo) * d_in + DGCL_DST * p.inner * d_out
+                                               for d_in, d_out in dims))
+                if r == 0:
+                    t["plan_whole_graph"] = int(8 * (n + 1) + sizes.store_idx_bytes * m + 8 * n)
+        elif strategy == "distdgl":
+            t["baseline"] = BASE_DGL
+            t["batch"] = int(batch_rows * 2 + acts)  # DGL's prefetch queue + the trained batch
+            # DGL's evaluation: full-neighbourhood blocks of 4096 seeds at a time (DistNodeDataLoader)
+            full = sampled_layers(4096, [-1] * cfg.num_layers, n, m)
+            edges = sum(x * m / max(1, n) for x in full[1:])
+            t["evaluation"] = max(0, int(DGL_EVAL_EDGE_BYTES * edges + 8 * full[0] * f_dim - t["batch"]))
+            server = BASE_DGL + int(8 * 3 * (p.edges + p.halo) + 4 * p.inner * f_dim + 16 * (p.inner + p.halo))
+            sampler = BASE_DGL + int(4 * 8 * sum(levels) * 4)
+            nsamp = int(opts.get("num_samplers", 1))
+            h = {"server": server}
+            if nsamp > 0:
+                h["sampler"] = nsamp * sampler
+            helpers.append(h)
+        else:  # an unknown strategy: the baseline, a shard and a batch
+            t.update(shard_bytes(p, sizes))
+            t["batch"] = int(pipeline + acts)
+        ranks.append(t)
+    return MemoryEstimate(strategy=strategy, ranks=ranks, helpers=helpers)
+
+
+def estimate_run(cfg: Any) -> MemoryEstimate:
+    """:func:`estimate` for a :class:`~gnnflow.config.TrainConfig` (reads its store's and book's meta)."""
+    book = cfg.partition if cfg.strategy != "single" else None
+    return estimate(cfg, GraphSizes.read(cfg.graph, book))
+
+
+# ------------------------------------------------------------------------------------------ the host
+AVAILABLE_ENV = "GNNFLOW_MEMORY_AVAILABLE_MIB"
+
+
+def available_memory() -> tuple[int, str]:
+    """Bytes a run may use on this host and where the figure comes from.
+
+    ``GNNFLOW_MEMORY_AVAILABLE_MIB`` when set (a cluster node's size, or tests); else
+    MemAvailable of /proc/meminfo, lowered to the cgroup's free room
+    (``memory.max - memory.current``) when a limit is set."""
+    text = os.environ.get(AVAILABLE_ENV, "").strip()
+    if text:
+        try:
+            value = float(text)
+        except ValueError:
+            value = -1.0
+        if value <= 0:
+            from gnnflow.errors import ConfigError
+
+            raise ConfigError(f"{AVAILABLE_ENV}={text!r}: expected a positive number of MiB")
+        return int(value * MIB), f"{AVAILABLE_ENV}={text}"
+    avail, source = 0, "MemAvailable"
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                avail = int(line.split()[1]) * 1024
+                break
+    except OSError:
+        return 0, "unknown (no /proc/meminfo)"
+    limit = _cgroup_room()
+    if limit is not None and limit < avail:
+        avail, source = limit, "cgroup memory.max - memory.current"
+    return avail, source
+
+
+def _cgroup_room() -> int | None:
+    base = Path("/sys/fs/cgroup")
+    try:
+        text = (base / "memory.max").read_text().strip()
+    except OSError:
+        return None
+    if not text or text == "max":
+        return None
+    try:
+        current = int((base / "memory.current").read_text().strip())
+    except (OSError, ValueError):
+        current = 0
+    return max(0, int(text) - current)
+
+
+# ------------------------------------------------------------------------------------------ preflight
+def ranks_on_this_host(cfg: Any, nnodes: int = 1) -> int:
+    """Ranks of the run that share this host: all of them when gnnflow launches them on one
+    host, ``workers / nnodes`` with ``--nnodes``; under torchrun/srun the launcher's local count."""
+    if cfg.strategy == "single":
+        return 1
+    if nnodes > 1:
+        return -(-int(cfg.workers) // nnodes)
+    for name in ("LOCAL_WORLD_SIZE", "SLURM_NTASKS_PER_NODE"):
+        text = os.environ.get(name, "").split("(")[0].split(",")[0].strip()
+        if text.isdigit() and int(text) > 0:
+            return min(cfg.workers, int(text))
+    return int(cfg.workers)
+
+
+def check_memory(cfg: Any, force: bool = False, nnodes: int = 1) -> MemoryEstimate | None:
+    """Log the run's memory estimate and what is available; refuse (ResourceError, one line)
+    when the processes on this host would not fit, unless ``force`` (then a warning).
+
+    Reads meta.json files only and imports no torch, so a refusal takes well under a second
+    after the interpreter starts."""
+    import logging
+
+    from gnnflow.errors import ResourceError
+
+    log = logging.getLogger("gnnflow.train")
+    try:
+        est = estimate_run(cfg)
+    except FileNotFoundError:  # a missing store or book: the input checks name it
+        return None
+    except (OSError, ValueError, KeyError, TypeError) as exc:  # no sizes to go on: say so, go on
+        log.warning("memory estimate: not available (%s: %s)", type(exc).__name__, exc)
+        return None
+    if cfg.strategy == "single":
+        est.launcher = 0  # the process that checks is the one that trains
+    local = ranks_on_this_host(cfg, nnodes)
+    need = est.host_total(local)
+    avail, source = available_memory()
+    log.info("%s; available %s", est.line(local),
+             f"{avail / MIB:.0f} MiB ({source})" if avail else f"unknown ({source})")
+    if not avail or need <= avail:
+        return est
+    msg = (f"memory: {cfg.strategy} with {local} rank(s) on this host needs about {need / MIB:.0f} MiB "
+           f"(up to {est.max_rank / MIB:.0f} MiB per rank), but {avail / MIB:.0f} MiB is available "
+           f"({source})")
+    if force:
+        log.warning("%s; --force: running anyway", msg)
+        return est
+    raise ResourceError(f"{msg}; use fewer --workers (or hosts with more memory), a smaller --batch-size, "
+                        "--hidden or --opt pipeline_mib, or --force to run anyway")
