@@ -314,9 +314,11 @@ def estimate(cfg: Any, sizes: GraphSizes) -> MemoryEstimate:
                 t["node_part"] += 8 * n + 8 * sizes.num_train  # int64 owner map, training ids
                 train = batch_rows + acts  # split's batches are not queued ahead in bytes
             elif strategy == "p3":
-                # every vertex's feature columns; layer-0 partials of every rank's micro-batch
+                # every vertex's feature columns; layer-0 partials of every rank's micro-batch,
+                # three times: computed, received from the peers, and their gradients (products-
+                # shaped graph, 4 ranks: 2194 MiB measured, 1681 predicted with one copy)
                 t["p3_columns"] = int(4 * n * f_dim / workers)
-                train = acts + 4.0 * levels[1] * cfg.hidden * workers
+                train = acts + 3 * 4.0 * levels[1] * cfg.hidden * workers
             elif strategy == "hec":
                 # sources: solid (local) vertices and cached halo rows, about (1 - cut) of data's
                 share = 1.0 - sizes.cut_fraction
