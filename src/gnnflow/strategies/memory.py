@@ -47,7 +47,7 @@ the feature dimension, ``H`` the hidden width, ``L`` layers, ``P`` ranks):
   (two in flight, the narrower width) or, for DGCL (autograd layers on the local
   graph), ``DGCL_SRC`` floats per gathered row ``(n_inner + n_halo) x d_in`` and
   ``DGCL_DST`` per output ``n_inner x d_out`` of every layer; DGCL's rank 0
-  also reads the whole CSR to plan (``8 (N + 1) + idx M``);
+  also gathers every part's halo ids to plan (``16 sum(n_halo)``);
 * **DistDGL peer**: one DGL server per part holding its partition (the inner
   and halo structure in int64 and the features, shared memory) and one sampler
   process per trainer (``BASE_DGL`` + sampled blocks); the trainer's evaluation
@@ -354,8 +354,8 @@ def estimate(cfg: Any, sizes: GraphSizes) -> MemoryEstimate:
                 del t["buffers"]
                 t["activations"] = int(4 * sum(DGCL_SRC * (p.inner + p.halo) * d_in + DGCL_DST * p.inner * d_out
                                                for d_in, d_out in dims))
-                if r == 0:
-                    t["plan_whole_graph"] = int(8 * (n + 1) + sizes.store_idx_bytes * m + 8 * n)
+                if r == 0:  # plans from every part's halo ids (gathered) and node_part, not the CSR
+                    t["plan_halos"] = int(2 * 8 * sum(q.halo for q in parts))
         elif strategy == "distdgl":
             t["baseline"] = BASE_DGL
             t["batch"] = int(batch_rows * 2 + acts)  # DGL's prefetch queue + the trained batch
