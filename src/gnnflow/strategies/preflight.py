@@ -44,7 +44,7 @@ def _read_meta(directory: Path, what: str, make: str) -> dict[str, Any]:
 def check_run(cfg: TrainConfig, cls: type[Strategy], force: bool = False, memory: bool = True) -> None:
     """Everything about ``cfg`` that can be checked without ranks (raises a one-line error);
     ``memory``: also the memory preflight (``force``: run even where the estimate exceeds what
-    is available; ``gnnflow train`` runs it first, before torch is imported)."""
+    is available; ``gnnflow train`` runs it first, before any rank starts)."""
     cores = os.cpu_count() or 1
     if cfg.workers > cores:
         log.warning("%d ranks on %d cores: each rank gets %.2f of a core, so the run will be slow "
