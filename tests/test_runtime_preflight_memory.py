@@ -33,9 +33,18 @@ from gnnflow.strategies.memory import (
 SAGE3 = ["--model", "sage", "--hidden", "256", "--layers", "3", "--fanouts", "15,10,5"]
 
 
+#: variables a rank run in this process (in-process launches, DistDGL's client set-up) may have
+#: left in the test process's environment; a user's shell has none of them
+_RUN_SCOPED = ("GNNFLOW_", "DGL_DIST", "DGL_ROLE", "DGL_NUM_", "DGL_GROUP", "MASTER_", "GLOO_", "OMP_NUM_THREADS",
+               "PYTHONWARNINGS")
+
+
 def _train(*args: str, env: dict[str, str] | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
+    """``gnnflow train`` as a user starts it: a fresh process and an environment without the
+    run-scoped variables earlier tests' in-process ranks may have set."""
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(_RUN_SCOPED)}
     return subprocess.run([sys.executable, "-m", "gnnflow.cli", "train", *args], capture_output=True,
-                          text=True, timeout=timeout, env={**os.environ, **(env or {})})
+                          text=True, timeout=timeout, env={**clean, **(env or {})})
 
 
 def fake_graph(tmp: Path, num_nodes: int, avg_degree: float, parts: int, feature_dim: int = 100,
