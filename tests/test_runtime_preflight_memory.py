@@ -204,3 +204,17 @@ def test_estimate_within_25_percent_of_the_measured_peak(measured_graph, strateg
         assert BASE / measured < 0.4, what
         assert abs(predicted - measured) / measured < 0.25, what
         assert abs((predicted - BASE) - (measured - BASE)) / (measured - BASE) < 0.35, what
+
+
+def test_a_host_of_several_counts_its_share_of_the_ranks(monkeypatch):
+    """With ``--nnodes`` (gnnflow's launcher on each host) the preflight counts this host's ranks only."""
+    from gnnflow.distributed.launch import NODES_ENV
+    from gnnflow.strategies.memory import ranks_on_this_host
+
+    cfg = TrainConfig(graph="-", strategy="data", workers=4)
+    monkeypatch.delenv(NODES_ENV, raising=False)
+    for name in ("LOCAL_WORLD_SIZE", "SLURM_NTASKS_PER_NODE"):
+        monkeypatch.delenv(name, raising=False)
+    assert ranks_on_this_host(cfg) == 4
+    monkeypatch.setenv(NODES_ENV, "2 1 127.0.0.1:29400")
+    assert ranks_on_this_host(cfg) == 2

@@ -163,18 +163,12 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
 
 
 def main(args: argparse.Namespace) -> int:
-    from gnnflow.strategies.memory import check_memory
-
-    cfg = config_from_args(args)
-    force = bool(getattr(args, "force", False))
-    if Path(cfg.graph, "meta.json").is_file():  # else the driver's checks name what is missing
-        check_memory(cfg, force, int(getattr(args, "nnodes", 1)))  # before any rank starts
-
     from gnnflow.distributed.launch import apply_node_arguments
     from gnnflow.strategies.driver import run_training
 
-    apply_node_arguments(args)
-    records = run_training(cfg, force=force, check_memory=False)
+    cfg = config_from_args(args)
+    apply_node_arguments(args)  # the memory preflight counts this host's share of the ranks
+    records = run_training(cfg, force=bool(getattr(args, "force", False)))
     last = [r for r in records if r.rank == 0]
     from gnnflow.distributed.launch import is_first_rank
 

@@ -236,12 +236,11 @@ def _mark_ended(run_dir: Path, status: str, error: str | None = None, extra: dic
     write_json(run_dir / "run.json", info)
 
 
-def run_training(cfg: TrainConfig, force: bool = False, check_memory: bool = True) -> list[EpochRecord]:
+def run_training(cfg: TrainConfig, force: bool = False) -> list[EpochRecord]:
     """Train ``cfg`` to completion (or resume it); return the records of the epochs this call ran.
 
     Before anything starts, :func:`~gnnflow.strategies.preflight.check_run` checks the
-    inputs and (unless the caller did, ``check_memory=False``) the memory estimate
-    (``force``: run even where it exceeds what is available).
+    inputs and the memory estimate (``force``: run even where it exceeds what is available).
 
     A run that fails (or is stopped by a signal) after its directory was made is
     marked ``"status": "failed"`` in ``run.json``, with the error.
@@ -250,7 +249,7 @@ def run_training(cfg: TrainConfig, force: bool = False, check_memory: bool = Tru
     from gnnflow.strategies.preflight import check_run
 
     cls = strategy_class(cfg.strategy)
-    check_run(cfg, cls, force, memory=check_memory)  # before any rank starts and before the run directory is written
+    check_run(cfg, cls, force)  # before any rank starts and before the run directory is written
     tune_allocator()  # this process trains too (one rank, or rank 0 under torchrun/srun)
     # under torchrun/srun every rank runs this function, across hosts every host's launcher;
     # only (the launcher of) rank 0 writes files

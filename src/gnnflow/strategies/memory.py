@@ -434,13 +434,17 @@ def _cgroup_room() -> int | None:
 
 
 # ------------------------------------------------------------------------------------------ preflight
-def ranks_on_this_host(cfg: Any, nnodes: int = 1) -> int:
+def ranks_on_this_host(cfg: Any) -> int:
     """Ranks of the run that share this host: all of them when gnnflow launches them on one
-    host, ``workers / nnodes`` with ``--nnodes``; under torchrun/srun the launcher's local count."""
+    host, ``workers / nnodes`` with ``--nnodes`` (:func:`gnnflow.distributed.launch.nodes`);
+    under torchrun/srun the launcher's local count."""
+    from gnnflow.distributed.launch import nodes
+
     if cfg.strategy == "single":
         return 1
-    if nnodes > 1:
-        return -(-int(cfg.workers) // nnodes)
+    spec = nodes()
+    if spec is not None and spec.nnodes > 1:
+        return -(-int(cfg.workers) // spec.nnodes)
     for name in ("LOCAL_WORLD_SIZE", "SLURM_NTASKS_PER_NODE"):
         text = os.environ.get(name, "").split("(")[0].split(",")[0].strip()
         if text.isdigit() and int(text) > 0:
@@ -448,7 +452,7 @@ def ranks_on_this_host(cfg: Any, nnodes: int = 1) -> int:
     return int(cfg.workers)
 
 
-def check_memory(cfg: Any, force: bool = False, nnodes: int = 1) -> MemoryEstimate | None:
+def check_memory(cfg: Any, force: bool = False) -> MemoryEstimate | None:
     """Log the run's memory estimate and what is available; refuse (ResourceError, one line)
     when the processes on this host would not fit, unless ``force`` (then a warning).
 
@@ -468,7 +472,7 @@ def check_memory(cfg: Any, force: bool = False, nnodes: int = 1) -> MemoryEstima
         return None
     if cfg.strategy == "single":
         est.launcher = 0  # the process that checks is the one that trains
-    local = ranks_on_this_host(cfg, nnodes)
+    local = ranks_on_this_host(cfg)
     need = est.host_total(local)
     avail, source = available_memory()
     log.info("%s; available %s", est.line(local),
