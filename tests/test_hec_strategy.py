@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from gnnflow.sampling import Block
-from gnnflow.strategies.hec import LocalHaloSampler, default_cache_size, drop_sources
+from gnnflow.strategies.hec import LocalHaloSampler, drop_sources
+from gnnflow.strategies.memory import hec_cache_lines
 
 
 @pytest.fixture
@@ -57,9 +58,17 @@ def test_local_sampler_keeps_halos_as_leaves(tiny_book):
     assert sum(b.num_src - s for b, s in zip(blocks, solid, strict=True)) > 0  # some halos were sampled
 
 
-def test_default_cache_size_scales_like_products():
-    assert default_cache_size(2_449_029) == 1_000_000
-    assert default_cache_size(32_768) == 13_380
+def test_default_cache_size_scales_like_products_within_the_halo_and_the_budget():
+    sage3 = [100, 256, 256]  # every layer's input width: 2448 bytes per line over the three layers
+    unbounded = {"cache_mib": 1 << 20}
+    assert hec_cache_lines(2_449_029, 2_000_000, sage3, unbounded) == 1_000_000  # the paper's §4.4 figure
+    assert hec_cache_lines(32_768, 20_000, sage3, unbounded) == 13_380  # scaled to the graph
+    assert hec_cache_lines(32_768, 5_000, sage3, unbounded) == 5_000  # only halo vertices are cached
+    # the default budget: 512 MiB of lines over the three layers (products, 4 ranks: 1.7M halo each)
+    assert hec_cache_lines(2_449_029, 1_704_246, sage3) == (512 << 20) // (4 * 612) == 219_310
+    assert hec_cache_lines(2_449_029, 1_704_246, sage3, {"cache_mib": 1024}) == 438_620
+    assert hec_cache_lines(2_449_029, 1_704_246, sage3, {"cs": "77"}) == 77  # cs wins over the default
+    assert hec_cache_lines(10, 0, sage3) == 1
 
 
 # ---------------------------------------------------------------------------- training

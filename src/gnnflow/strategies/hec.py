@@ -37,8 +37,11 @@ One training iteration on every rank (Algorithm 2):
    every mini-batch strategy here), then the optimizer steps.
 
 Options (``cfg.options``, defaults from §4.4): ``cs`` cache lines per layer
-(default scaled from the paper's 1M lines for OGBN-Products' 2,449,029 vertices:
-``round(0.408 * num_nodes)``; ``cs=0`` disables the cache and AEP, so every
+(default: the paper's 1M lines for OGBN-Products' 2,449,029 vertices scaled to
+the graph, ``round(0.408 * num_nodes)``, lowered to the rank's halo vertices and
+to the lines that fit in ``cache_mib`` MiB over all layers (default 512; a
+deviation: the paper's nodes had the memory for 1M lines, see
+:func:`gnnflow.strategies.memory.hec_cache_lines`); ``cs=0`` disables the cache and AEP, so every
 halo vertex is dropped and nothing is communicated but gradients), ``ls`` life-span in iterations (2), ``nc`` pushes per
 remote rank per layer (2000), ``d`` delay in iterations (1),
 ``pipeline`` (false: the paper samples synchronously, §3.3), ``trace`` (false:
@@ -74,16 +77,10 @@ from gnnflow.results.schema import Recorder
 from gnnflow.sampling import Block, NeighborSampler
 from gnnflow.strategies.base import RankContext
 from gnnflow.strategies.common import drop_rows_after_epoch
+from gnnflow.strategies.memory import HEC_CACHE_MIB, hec_cache_lines
 from gnnflow.strategies.minibatch import MiniBatchStrategy, _bool
 
-#: DistGNN-MB §4.4: cs = 1M lines per layer for OGBN-Products (2,449,029 vertices).
-CS_PER_VERTEX = 1_000_000 / 2_449_029
 DEFAULTS: dict[str, Any] = {"ls": 2, "nc": 2000, "d": 1, "pipeline": False, "trace": False}
-
-
-def default_cache_size(num_nodes: int) -> int:
-    """``cs`` scaled to the graph: the paper's lines-per-vertex ratio on OGBN-Products."""
-    return max(1, round(CS_PER_VERTEX * num_nodes))
 
 
 def drop_sources(block: Block, keep: torch.Tensor) -> Block:
@@ -167,12 +164,14 @@ class HistoricalEmbeddingCache(MiniBatchStrategy):
             raise ConfigError("options.ddp: the hec strategy all-reduces gradients itself; remove ddp")
         try:
             self.cs_option = None if opts.get("cs") in (None, "auto") else int(opts["cs"])
+            self.cache_mib = float(opts.get("cache_mib", HEC_CACHE_MIB))
             self.ls = int(opts["ls"])
             self.nc = int(opts["nc"])
             self.delay = int(opts["d"])
         except (TypeError, ValueError) as exc:
-            raise ConfigError(f"options cs/ls/nc/d: integers expected ({exc})") from None
-        for key, value in (("cs", self.cs_option or 0), ("ls", self.ls), ("nc", self.nc), ("d", self.delay)):
+            raise ConfigError(f"options cs/cache_mib/ls/nc/d: numbers expected ({exc})") from None
+        for key, value in (("cs", self.cs_option or 0), ("cache_mib", self.cache_mib), ("ls", self.ls),
+                           ("nc", self.nc), ("d", self.delay)):
             if value < 0:
                 raise ConfigError(f"options.{key}: must be >= 0, got {value}")
         self.use_pipeline = _bool(opts.get("pipeline", False))
@@ -186,13 +185,15 @@ class HistoricalEmbeddingCache(MiniBatchStrategy):
         part = self.part
         rank, _ = world()
         num_nodes = int(self.meta.get("num_nodes", part.num_local))
-        self.cs = default_cache_size(num_nodes) if self.cs_option is None else self.cs_option
         self.local_to_global = torch.from_numpy(np.asarray(part.local_to_global, dtype=np.int64))
         self.features = part.features
         halo = torch.from_numpy(np.asarray(part.halo_ids, dtype=np.int64))
         inner = torch.from_numpy(np.asarray(part.inner_ids, dtype=np.int64))
         db_halo = build_db_halo(inner, exchange_halo_ids(halo))  # Algorithm 1
         dims = [self.in_dim] + [self._layer_in_dim(i) for i in range(1, self.cfg.num_layers)]
+        self.cs = hec_cache_lines(num_nodes, int(halo.numel()), dims,
+                                  {"cs": "auto" if self.cs_option is None else self.cs_option,
+                                   "cache_mib": self.cache_mib})
         self.caches = [EmbeddingCache(self.cs, self.ls, dim, halo) for dim in dims]
         degree = torch.from_numpy(np.diff(np.asarray(part.indptr, dtype=np.int64)).astype(np.float32))
         self.aep = EmbeddingPush(self.caches, inner, db_halo, degree, delay=self.delay,

@@ -38,9 +38,9 @@ the feature dimension, ``H`` the hidden width, ``L`` layers, ``P`` ranks):
   is ``max(training, evaluation)`` over the non-shared terms;
 * **HEC** (DistGNN-MB): sources are solid vertices and cached halo rows,
   about ``1 - cut`` of data-parallel's; per layer a cache of ``cs`` lines of
-  that layer's input width (``torch.zeros`` writes them all at once: with the
-  default ``cs = 0.408 N`` this is the largest term, 2.4 GB per rank on
-  products) and its int64 tag tables (``8 (3 cs + halo)``);
+  that layer's input width (``torch.zeros`` writes them all at once; the
+  default ``cs`` is :func:`hec_cache_lines`, at most ``HEC_CACHE_MIB`` of
+  lines) and its int64 tag tables (``8 (3 cs + halo)``);
 * **full-batch / DGCL**: the part's ``Â`` tiles (12 bytes per non-zero), the
   shared buffers of MG-GCN §4.2 (aggregated input, every layer's output, one
   scratch: ``4 n_r (F + sum d_out + max d)``), the received broadcast blocks
@@ -92,6 +92,9 @@ DGCL_SRC, DGCL_DST = 2.0, 5.0  # DGCL: floats per gathered source row and input 
 DGL_EVAL_EDGE_BYTES = 240
 SPLIT_SHARE = 1.25  # split: a rank's share of a level is about 1.25 / P of it (vertices near a cut)
 DEFAULT_PIPELINE_MIB = 384
+#: DistGNN-MB §4.4: cs = 1M lines per layer for OGBN-Products (2,449,029 vertices)
+HEC_CS_PER_VERTEX = 1_000_000 / 2_449_029
+HEC_CACHE_MIB = 512  # default budget of a rank's cache lines, all layers (option ``cache_mib``)
 
 #: strategies whose ranks run the shared mini-batch machinery (pipeline, inference)
 MINIBATCH = ("data", "split", "p3", "hec")
@@ -326,8 +329,7 @@ def estimate(cfg: Any, sizes: GraphSizes) -> MemoryEstimate:
                 rows = 4.0 * hec_levels[0] * f_dim
                 train = (max(rows, min(2 * rows, budget)) if pipelined else rows) \
                     + activation_bytes(hec_levels, dims, cfg.model)
-                cs = int(opts["cs"]) if str(opts.get("cs", "auto")) not in ("auto", "None") \
-                    else max(1, round(0.408 * n))
+                cs = hec_cache_lines(n, p.halo, [d_in for d_in, _ in dims], opts)
                 # torch.zeros writes every line at once, and the tag tables (line_slot, stored_at,
                 # order: cs each; slot_line: one per halo vertex) are filled too
                 t["hec_cache"] = int(sum(4 * cs * d_in for d_in, _ in dims) + 8 * len(dims) * (3 * cs + p.halo))
@@ -375,6 +377,22 @@ def estimate(cfg: Any, sizes: GraphSizes) -> MemoryEstimate:
             t["batch"] = int(pipeline + acts)
         ranks.append(t)
     return MemoryEstimate(strategy=strategy, ranks=ranks, helpers=helpers)
+
+
+def hec_cache_lines(num_nodes: int, halo: int, widths: list[int], options: dict[str, Any] | None = None) -> int:
+    """HEC's cache lines per layer on a rank: ``options["cs"]`` when given, else the paper's
+    lines-per-vertex ratio on OGBN-Products (``0.408 N``, §4.4) lowered to the rank's halo
+    vertices (only they are ever cached) and to the lines of all layers (``widths``: every
+    layer's input width, float32) that fit in ``options["cache_mib"]`` (``HEC_CACHE_MIB``).
+
+    The paper's 1M lines were sized for its 2-socket Xeon nodes; 4 ranks of products on a
+    24 GiB host would spend 9.6 GB on caches alone, hence the budget (docs/hec.md)."""
+    opts = dict(options or {})
+    if str(opts.get("cs", "auto")) not in ("auto", "None"):
+        return int(opts["cs"])
+    budget = float(opts.get("cache_mib", HEC_CACHE_MIB)) * MIB
+    fit = int(budget // max(1, 4 * sum(widths)))
+    return max(1, min(round(HEC_CS_PER_VERTEX * num_nodes), halo, fit))
 
 
 def estimate_run(cfg: Any) -> MemoryEstimate:
