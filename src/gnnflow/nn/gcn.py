@@ -41,14 +41,27 @@ class GCNConv(nn.Module):
         if self.bias is not None:
             nn.init.zeros_(self.bias)
 
-    def forward(self, block: Block, h_src: torch.Tensor) -> torch.Tensor:
+    @property
+    def projects_first(self) -> bool:
+        """Whether the projection runs before the aggregation (it shrinks the features)."""
+        return self.in_dim > self.out_dim
+
+    def forward(self, block: Block, h_src: torch.Tensor, projected: bool = False) -> torch.Tensor:
+        """``projected``: ``h_src`` is already ``h_src @ weight`` (a caller that projects rows
+        before fetching them, :meth:`GNN.project`; only where :attr:`projects_first`)."""
+        if projected and not self.projects_first:
+            raise ValueError(f"GCNConv {self.in_dim}->{self.out_dim}: aggregates before projecting; "
+                             "pass unprojected rows")
+        src_scale = None
         if self.norm == "both":
             src_deg = block.src_deg if block.src_deg is not None else block.out_degrees()
-            h_src = h_src * src_deg.to(h_src.dtype).clamp(min=1).pow(-0.5).unsqueeze(1)
-        if self.in_dim > self.out_dim:
-            out = spmm_sum(block, h_src @ self.weight)
+            src_scale = src_deg.to(h_src.dtype).clamp(min=1).pow(-0.5).unsqueeze(1)
+        if self.projects_first:
+            # diag(c) H W == diag(c) (H W): scaling the narrow product keeps no wide scaled copy
+            z = h_src if projected else h_src @ self.weight
+            out = spmm_sum(block, z if src_scale is None else z * src_scale)
         else:
-            out = spmm_sum(block, h_src) @ self.weight
+            out = spmm_sum(block, h_src if src_scale is None else h_src * src_scale) @ self.weight
         dst_deg = (block.dst_deg if block.dst_deg is not None else block.in_degrees()).to(out.dtype).clamp(min=1)
         out = out * (dst_deg.pow(-0.5) if self.norm == "both" else 1.0 / dst_deg).unsqueeze(1)
         if self.bias is not None:

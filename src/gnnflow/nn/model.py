@@ -72,11 +72,29 @@ class GNN(nn.Module):
     def num_layers(self) -> int:
         return len(self.layers)
 
-    def layer_step(self, i: int, block: Block, h_src: torch.Tensor) -> torch.Tensor:
-        """Layer ``i`` on ``block``: (input dropout if first) conv, then (unless last) activation and dropout."""
+    def projects_first(self, i: int) -> bool:
+        """Whether conv ``i`` is a GCN layer that projects before aggregating (it narrows the
+        rows), so a caller may project rows where they live and move the narrow ones."""
+        return isinstance(self.layers[i], GCNConv) and self.layers[i].projects_first
+
+    def project(self, i: int, h: torch.Tensor) -> torch.Tensor:
+        """Rows of layer ``i``'s input, (input dropout if first) projected by its weight: what
+        ``layer_step(i, block, rows, projected=True)`` takes (see :meth:`projects_first`)."""
+        if not self.projects_first(i):
+            raise ValueError(f"layer {i} aggregates before projecting; it takes unprojected rows")
         if i == 0:
-            h_src = self.input_dropout(h_src)
-        h = self.layers[i](block, h_src)
+            h = self.input_dropout(h)
+        return h @ self.layers[i].weight
+
+    def layer_step(self, i: int, block: Block, h_src: torch.Tensor, projected: bool = False) -> torch.Tensor:
+        """Layer ``i`` on ``block``: (input dropout if first) conv, then (unless last) activation and
+        dropout.  ``projected``: the rows come from :meth:`project` (dropout and weight applied)."""
+        if projected:
+            h = self.layers[i](block, h_src, projected=True)
+        else:
+            if i == 0:
+                h_src = self.input_dropout(h_src)
+            h = self.layers[i](block, h_src)
         last = i == len(self.layers) - 1
         if self.head_reduce:
             h = h.mean(1) if last else h.flatten(1)

@@ -17,6 +17,15 @@ Options (``--opt key=value``):
 ``topology``  preset name or topology file (default: a uniform full mesh, for
               which SPST reduces to load-balanced direct sends)
 ``norm``      GCN normalisation ``both`` (default) or ``right``
+``project``   ``true`` (default): a GCN layer that narrows the rows (``d_in >
+              d_out``, e.g. the output layer) projects its owner's rows before
+              the exchange, so the halo rows fetched are ``d_out`` wide, not
+              ``d_in`` (``diag(c) Â H W = diag(c) Â (H W)``, the order DGL's
+              GraphConv computes in).  A deviation from DGCL §4.2, which
+              fetches every layer's input: the same mathematics with
+              ``d_out / d_in`` of the bytes and of the ``[inner | halo]``
+              activations (products-shaped, 4 ranks: 256 -> 47 columns in the
+              output layer).  ``false`` fetches layer inputs as the paper does.
 
 The plan is made once on rank 0 from ``node_part`` and every part's halo ids,
 which the ranks send it (offline planning, §4.1; no rank reads the graph's
@@ -164,6 +173,10 @@ class PlannedHalo(FullBatchBase):
         if self.planner not in PLANNERS:
             raise ConfigError(f"--opt planner={self.planner}: choose one of {', '.join(PLANNERS)}")
         self.norm = str(cfg.options.get("norm", "both"))
+        project = str(cfg.options.get("project", "true")).lower()
+        if project not in ("true", "false", "1", "0", "yes", "no"):
+            raise ConfigError(f"--opt project={project}: true or false")
+        self.project = project in ("true", "1", "yes")
         self.stats = AllgatherStats(ctx.world_size)
         self.table: Any = None
         self.blocks: list[Block] = []
@@ -260,8 +273,11 @@ class PlannedHalo(FullBatchBase):
             return self.model(self.blocks, self.features)  # type: ignore[operator]
         h = self.features
         for i, block in enumerate(self.blocks):
+            first = self.project and self.model.projects_first(i)  # type: ignore[operator]
+            if first:  # a narrowing GCN layer: project the inner rows, fetch the narrow halo rows
+                h = self.model.project(i, h)  # type: ignore[operator]
             h = graph_allgather(h, self.table, self.stats)  # [inner | halo] rows of the layer input
-            h = self.model.layer_step(i, block, h)  # type: ignore[operator]
+            h = self.model.layer_step(i, block, h, projected=first)  # type: ignore[operator]
         return h
 
     def run_epoch(self, epoch: int, rec: Recorder) -> float:
@@ -302,7 +318,8 @@ def verify(workers: int, model: str = "gcn", seed: int = 0, **kw: Any) -> dict[s
     ``kw``: ``planner`` (one name or a list; default all four), ``topology`` (preset or
     file; default ``dgx1-v100`` restricted to ``workers`` when ``workers <= 8``),
     ``graph`` (store path; default a small synthetic graph), ``num_layers`` (2),
-    ``hidden`` (16), ``norm`` ("both"), ``tol`` (1e-5 absolute), ``timeout_s``.
+    ``hidden`` (16), ``norm`` ("both"), ``project`` (True: narrowing GCN layers fetch projected
+    rows), ``tol`` (1e-5 absolute), ``timeout_s``.
     """
     import tempfile
 
@@ -321,6 +338,7 @@ def verify(workers: int, model: str = "gcn", seed: int = 0, **kw: Any) -> dict[s
     hidden = int(kw.pop("hidden", 16))
     norm = str(kw.pop("norm", "both"))
     self_loops = kw.pop("self_loops", None)
+    project = bool(kw.pop("project", True))
     timeout_s = float(kw.pop("timeout_s", 120))
     if kw:
         raise ConfigError(f"verify dgcl: unknown option(s) {sorted(kw)}")
@@ -331,7 +349,7 @@ def verify(workers: int, model: str = "gcn", seed: int = 0, **kw: Any) -> dict[s
         ref = full_graph_reference(graph, model, hidden, num_layers, norm=norm, self_loops=loops, seed=seed)
         per: dict[str, Any] = {}
         for pl in planners:
-            options = {"planner": pl, "norm": norm}
+            options = {"planner": pl, "norm": norm, "project": str(project).lower()}
             if topology:
                 options["topology"] = topology
             cfg = TrainConfig(graph=str(graph), strategy="dgcl", partition=str(book.path), model=model,

@@ -46,7 +46,8 @@ the feature dimension, ``H`` the hidden width, ``L`` layers, ``P`` ranks):
   scratch: ``4 n_r (F + sum d_out + max d)``), the received broadcast blocks
   (two in flight, the narrower width) or, for DGCL (autograd layers on the local
   graph), ``DGCL_SRC`` floats per gathered row ``(n_inner + n_halo) x d_in`` and
-  ``DGCL_DST`` per output ``n_inner x d_out`` of every layer; DGCL's rank 0
+  ``DGCL_DST`` per output ``n_inner x d_out`` of every layer (a narrowing GCN
+  layer gathers ``d_out``-wide projected rows); DGCL's rank 0
   also gathers every part's halo ids to plan (``16 sum(n_halo)``);
 * **DistDGL peer**: one DGL server per part holding its partition (the inner
   and halo structure in int64 and the features, shared memory) and one sampler
@@ -354,8 +355,11 @@ def estimate(cfg: Any, sizes: GraphSizes) -> MemoryEstimate:
                 # input (and its gradient) and the destinations' outputs, kept for backward
                 t["node_part"] = 4 * n
                 del t["buffers"]
-                t["activations"] = int(4 * sum(DGCL_SRC * (p.inner + p.halo) * d_in + DGCL_DST * p.inner * d_out
-                                               for d_in, d_out in dims))
+                # a narrowing GCN layer fetches projected rows (--opt project, default true)
+                project = cfg.model == "gcn" and str(opts.get("project", "true")).lower() in ("true", "1", "yes")
+                t["activations"] = int(4 * sum(
+                    DGCL_SRC * (p.inner + p.halo) * (d_out if project and d_in > d_out else d_in)
+                    + DGCL_DST * p.inner * d_out for d_in, d_out in dims))
                 if r == 0:  # plans from every part's halo ids (gathered) and node_part, not the CSR
                     t["plan_halos"] = int(2 * 8 * sum(q.halo for q in parts))
         elif strategy == "distdgl":
