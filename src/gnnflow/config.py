@@ -33,6 +33,21 @@ def env_seconds(name: str, default: float) -> float:
     return value
 
 
+TRUE_WORDS, FALSE_WORDS = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
+
+
+def option_bool(value: Any, name: str | None = None) -> bool:
+    """An option value as a bool (``--opt key=true`` arrives as a string: true for
+    ``TRUE_WORDS``).  With ``name``, a word in neither ``TRUE_WORDS`` nor ``FALSE_WORDS`` is a
+    ConfigError naming ``--opt name``; without, it reads as false."""
+    if not isinstance(value, str):
+        return bool(value)
+    word = value.strip().lower()
+    if name is not None and word not in TRUE_WORDS + FALSE_WORDS:
+        raise ConfigError(f"--opt {name}={value}: true or false")
+    return word in TRUE_WORDS
+
+
 @dataclass
 class TrainConfig:
     """What a training run needs.  Strategy-specific knobs live in ``options``."""

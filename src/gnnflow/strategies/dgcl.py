@@ -55,7 +55,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from gnnflow.config import TrainConfig
+from gnnflow.config import TrainConfig, option_bool
 from gnnflow.distributed.allgather import AllgatherStats, close_swap, graph_allgather, swap_tables
 from gnnflow.distributed.comm import part_degrees
 from gnnflow.distributed.plan import comm_relation_from_halos, make_plan
@@ -173,10 +173,7 @@ class PlannedHalo(FullBatchBase):
         if self.planner not in PLANNERS:
             raise ConfigError(f"--opt planner={self.planner}: choose one of {', '.join(PLANNERS)}")
         self.norm = str(cfg.options.get("norm", "both"))
-        project = str(cfg.options.get("project", "true")).lower()
-        if project not in ("true", "false", "1", "0", "yes", "no"):
-            raise ConfigError(f"--opt project={project}: true or false")
-        self.project = project in ("true", "1", "yes")
+        self.project = option_bool(cfg.options.get("project", True), "project")
         self.stats = AllgatherStats(ctx.world_size)
         self.table: Any = None
         self.blocks: list[Block] = []

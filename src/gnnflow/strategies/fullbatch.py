@@ -44,7 +44,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from gnnflow.config import TrainConfig
+from gnnflow.config import TrainConfig, option_bool
 from gnnflow.distributed.comm import all_reduce, world
 from gnnflow.distributed.devices import HOST
 from gnnflow.distributed.spmm import (
@@ -204,12 +204,6 @@ def normalized_entries(rows: RankRows, rp: RowPartition, norm: str, out_deg: np.
 # ----------------------------------------------------------------------------------------------
 
 
-def _bool(v: Any) -> bool:
-    if isinstance(v, str):
-        return v.strip().lower() in ("1", "true", "yes", "on")
-    return bool(v)
-
-
 def layer_params(layer: torch.nn.Module) -> tuple[torch.nn.Parameter, torch.nn.Parameter | None]:
     """(W [in, out], bias [out] or None) of a :class:`gnnflow.nn.GCNConv`."""
     return layer.weight, getattr(layer, "bias", None)
@@ -236,12 +230,12 @@ class FullBatch(FullBatchBase):
         self.memory = str(opts.get("memory", "reuse"))
         if self.memory not in MEMORY_MODES:
             raise ConfigError(f"options.memory: must be one of {MEMORY_MODES}, got {self.memory!r}")
-        self.overlap = _bool(opts.get("overlap", True))
-        self.permute = _bool(opts.get("permute", True))
+        self.overlap = option_bool(opts.get("overlap", True))
+        self.permute = option_bool(opts.get("permute", True))
         self.transpose = str(opts.get("transpose", "auto"))
         if self.transpose not in ("auto", "exchange"):
             raise ConfigError(f"options.transpose: must be 'auto' or 'exchange', got {self.transpose!r}")
-        self.cache_input_spmm = _bool(opts.get("cache_input_spmm", False))
+        self.cache_input_spmm = option_bool(opts.get("cache_input_spmm", False))
         self.self_loops = cfg.adds_self_loops  # the model's graph: A + I for GCN by default
         self.skip_rounds = skip_rounds
         self.engine: BroadcastSpMM | None = None

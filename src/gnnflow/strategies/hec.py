@@ -68,6 +68,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from gnnflow.config import option_bool
 from gnnflow.distributed.aep import EmbeddingPush, build_db_halo, exchange_halo_ids
 from gnnflow.distributed.comm import world
 from gnnflow.distributed.hec import EmbeddingCache
@@ -78,7 +79,7 @@ from gnnflow.sampling import Block, NeighborSampler
 from gnnflow.strategies.base import RankContext
 from gnnflow.strategies.common import drop_rows_after_epoch
 from gnnflow.strategies.memory import HEC_CACHE_MIB, hec_cache_lines
-from gnnflow.strategies.minibatch import MiniBatchStrategy, _bool
+from gnnflow.strategies.minibatch import MiniBatchStrategy
 
 DEFAULTS: dict[str, Any] = {"ls": 2, "nc": 2000, "d": 1, "pipeline": False, "trace": False}
 
@@ -174,8 +175,8 @@ class HistoricalEmbeddingCache(MiniBatchStrategy):
                            ("nc", self.nc), ("d", self.delay)):
             if value < 0:
                 raise ConfigError(f"options.{key}: must be >= 0, got {value}")
-        self.use_pipeline = _bool(opts.get("pipeline", False))
-        self.trace = _bool(opts.get("trace", False))
+        self.use_pipeline = option_bool(opts.get("pipeline", False))
+        self.trace = option_bool(opts.get("trace", False))
         self.iteration_log: list[dict[str, Any]] = []
         self.last_epoch = -1  # the last epoch trained (what a checkpoint after it holds)
 
@@ -191,9 +192,7 @@ class HistoricalEmbeddingCache(MiniBatchStrategy):
         inner = torch.from_numpy(np.asarray(part.inner_ids, dtype=np.int64))
         db_halo = build_db_halo(inner, exchange_halo_ids(halo))  # Algorithm 1
         dims = [self.in_dim] + [self._layer_in_dim(i) for i in range(1, self.cfg.num_layers)]
-        self.cs = hec_cache_lines(num_nodes, int(halo.numel()), dims,
-                                  {"cs": "auto" if self.cs_option is None else self.cs_option,
-                                   "cache_mib": self.cache_mib})
+        self.cs = hec_cache_lines(num_nodes, int(halo.numel()), dims, self.cfg.options)
         self.caches = [EmbeddingCache(self.cs, self.ls, dim, halo) for dim in dims]
         degree = torch.from_numpy(np.diff(np.asarray(part.indptr, dtype=np.int64)).astype(np.float32))
         self.aep = EmbeddingPush(self.caches, inner, db_halo, degree, delay=self.delay,

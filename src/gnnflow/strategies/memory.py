@@ -76,6 +76,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gnnflow.config import option_bool
+
 MIB = 1 << 20
 BASE = 290 * MIB  # one rank: interpreter, torch, numpy, gnnflow, gloo (measured on a tiny graph)
 BASE_LAUNCHER = 200 * MIB  # the `gnnflow train` process that spawns the ranks and waits
@@ -302,7 +304,7 @@ def estimate(cfg: Any, sizes: GraphSizes) -> MemoryEstimate:
         batch_rows *= share
     acts = activation_bytes(levels, dims, cfg.model)
     budget = float(opts.get("pipeline_mib", DEFAULT_PIPELINE_MIB)) * MIB
-    pipelined = str(opts.get("pipeline", strategy != "hec")).lower() not in ("false", "0", "no")
+    pipelined = option_bool(opts.get("pipeline", strategy != "hec"))
     pipeline = max(batch_rows, min(2 * batch_rows, budget)) if pipelined else batch_rows
     for r, p in enumerate(parts):
         t: dict[str, int] = {"baseline": BASE, "model": model}
@@ -356,7 +358,7 @@ def estimate(cfg: Any, sizes: GraphSizes) -> MemoryEstimate:
                 t["node_part"] = 4 * n
                 del t["buffers"]
                 # a narrowing GCN layer fetches projected rows (--opt project, default true)
-                project = cfg.model == "gcn" and str(opts.get("project", "true")).lower() in ("true", "1", "yes")
+                project = cfg.model == "gcn" and option_bool(opts.get("project", True))
                 t["activations"] = int(4 * sum(
                     DGCL_SRC * (p.inner + p.halo) * (d_out if project and d_in > d_out else d_in)
                     + DGCL_DST * p.inner * d_out for d_in, d_out in dims))

@@ -70,6 +70,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
+from gnnflow.config import option_bool
 from gnnflow.distributed.comm import (
     CommStats,
     all_gather,
@@ -100,12 +101,6 @@ if TYPE_CHECKING:
     from gnnflow.distributed.sampler_process import SamplerProcess
 
 SPLITS = ("train", "val", "test")
-
-
-def _bool(value: Any) -> bool:
-    if isinstance(value, str):
-        return value.strip().lower() in ("1", "true", "yes", "on")
-    return bool(value)
 
 
 def parse_capacities(value: Any) -> tuple[int, int, int]:
@@ -151,17 +146,17 @@ class MiniBatchStrategy(Strategy):
         super().__init__(cfg, ctx)
         opts = dict(cfg.options or {})
         self.opts = opts
-        self.use_pipeline = _bool(opts.get("pipeline", True))
+        self.use_pipeline = option_bool(opts.get("pipeline", True))
         self.capacities = parse_capacities(opts.get("capacities"))
         # bytes the batches in flight may hold (queued and the one being trained on), MiB
         self.pipeline_mib = int(opts.get("pipeline_mib", DEFAULT_MAX_BYTES >> 20))
         if self.pipeline_mib < 1:
             raise ConfigError(f"options.pipeline_mib: a positive number of MiB, got {self.pipeline_mib}")
-        self.replicate_structure = _bool(opts.get("replicate_structure", False))
-        self.two_level = _bool(opts.get("two_level", True))
+        self.replicate_structure = option_bool(opts.get("replicate_structure", False))
+        self.two_level = option_bool(opts.get("two_level", True))
         self.cache_rows = int(opts.get("cache_rows", 0))
         self.presample_batches = int(opts.get("presample_batches", 8))
-        self.use_ddp = _bool(opts.get("ddp", False))
+        self.use_ddp = option_bool(opts.get("ddp", False))
         # "process": the shared sample/load stages in a sampler process per rank (faster on a CPU host,
         # costs a second interpreter per rank); "thread": DistDGLv2 §4.2.1's sampling thread (default)
         self.samplers = str(opts.get("samplers", "thread"))

@@ -24,7 +24,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from gnnflow.config import TrainConfig
+from gnnflow.config import TrainConfig, option_bool
 from gnnflow.data.store import GraphStore, open_store
 from gnnflow.errors import ConfigError
 from gnnflow.nn import build_model_from_config
@@ -43,13 +43,6 @@ from gnnflow.strategies.common import (
 )
 
 
-def truthy(value: Any) -> bool:
-    """An option value as a bool (``--opt full_batch=true`` arrives as a string)."""
-    if isinstance(value, str):
-        return value.strip().lower() in ("1", "true", "yes", "on")
-    return bool(value)
-
-
 class SingleProcess(Strategy):
     """Mini-batch or full-batch training in one process."""
 
@@ -58,11 +51,11 @@ class SingleProcess(Strategy):
 
     @classmethod
     def batch_shares(cls, cfg: TrainConfig) -> dict[str, float] | None:
-        return None if truthy(cfg.options.get("full_batch", False)) else super().batch_shares(cfg)
+        return None if option_bool(cfg.options.get("full_batch", False)) else super().batch_shares(cfg)
 
     def __init__(self, cfg: TrainConfig, ctx: RankContext | None = None) -> None:
         super().__init__(cfg, ctx or RankContext())
-        self.full_batch = truthy(cfg.options.get("full_batch", False))
+        self.full_batch = option_bool(cfg.options.get("full_batch", False))
         self.store: GraphStore | None = None
         self.sampler: NeighborSampler | None = None
         self.batch_gen = batch_generator(cfg.seed)
