@@ -89,3 +89,47 @@ def test_distdgl_sampler_processes_and_shared_memory_die_with_rank0(tmp_path, no
             with contextlib.suppress(psutil.NoSuchProcess):
                 p.kill()
     no_leftovers([run])
+
+
+@pytest.mark.slow
+def test_distdgl_layerwise_evaluation_equals_the_whole_graph_forward(tmp_path):
+    """The peer's evaluation (layer-wise: one-hop full-neighbourhood batches, hidden outputs in
+    DistTensors, the last layer on the splits only) gives the losses and accuracies of DGLModel
+    run on the whole graph with the same weights.  ``lr 0`` keeps the seeded initial weights, so
+    the reference builds the same model here; 3 layers put two DistTensors in the chain."""
+    import dgl
+    import numpy as np
+    import torch
+
+    from gnnflow.config import TrainConfig
+    from gnnflow.data.store import open_store
+    from gnnflow.data.synthetic import prepare_synthetic
+    from gnnflow.nn.peer import dgl_model_from_config
+    from gnnflow.partition.api import partition_graph
+    from gnnflow.strategies.common import seed_everything
+    from gnnflow.strategies.driver import run_training
+    from gnnflow.strategies.metrics import split_metrics, split_sums
+
+    store = prepare_synthetic(tmp_path / "graph", num_nodes=3000)
+    book = partition_graph(store.path, "metis", 2, tmp_path / "book", seed=0)
+    cfg = TrainConfig(graph=str(store.path), strategy="distdgl", partition=str(book.path), workers=2,
+                      epochs=1, batch_size=512, lr=0.0, num_layers=3, fanouts=[5, 5, 5], hidden=16,
+                      out=str(tmp_path / "run"))
+    records = run_training(cfg)
+    got = [r for r in records if r.rank == 0][-1]
+
+    s = open_store(store.path)
+    n = s.num_nodes
+    dst = np.repeat(np.arange(n), np.diff(s.indptr))
+    g = dgl.graph((torch.from_numpy(np.asarray(s.indices, dtype=np.int64)), torch.from_numpy(dst)), num_nodes=n)
+    seed_everything(cfg.seed)
+    torch.manual_seed(cfg.seed)
+    net = dgl_model_from_config(cfg, s.feature_dim, s.num_classes).eval()
+    with torch.no_grad():
+        logits = net([g] * 3, torch.from_numpy(np.asarray(s.features, dtype=np.float32)))
+    labels = torch.from_numpy(np.asarray(s.labels, dtype=np.int64))
+    want = split_metrics(split_sums({k: (logits[idx], labels[idx]) for k in ("train", "val", "test")
+                                     for idx in [torch.from_numpy(np.asarray(s.split(k), dtype=np.int64))]}))
+    for k in ("train", "val", "test"):
+        assert getattr(got, f"{k}_loss") == pytest.approx(want[f"{k}_loss"], rel=1e-5), k
+        assert getattr(got, f"{k}_acc") == pytest.approx(want[f"{k}_acc"], abs=1.5 / len(s.split(k))), k

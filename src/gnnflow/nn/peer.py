@@ -44,18 +44,30 @@ class DGLModel(torch.nn.Module):
                 self.layers.append(dglnn.GATConv(dims[i] * (heads if i else 1), dims[i + 1],
                                                  out_heads if last else heads, feat_drop=feat_drop,
                                                  attn_drop=attn_drop, allow_zero_in_degree=True))
+        #: columns of each layer's output (after GAT's head merge)
+        self.out_widths = [dims[i + 1] * (heads if model == "gat" and i < num_layers - 1 else 1)
+                           for i in range(num_layers)]
         self.input_dropout = torch.nn.Dropout(input_dropout)
         self.dropout = torch.nn.Dropout(dropout)
         self.activation = ACTIVATIONS[activation or default_activation(model)]
 
+    def layer(self, i: int, block: Any, h: torch.Tensor) -> torch.Tensor:
+        """Layer ``i`` on one block, with what follows it: GAT's head merge, and in a hidden
+        layer the activation and dropout (layer-wise inference runs the layers one at a time)."""
+        h = self.layers[i](block, h)
+        last = i == len(self.layers) - 1
+        if self.model == "gat":
+            h = h.flatten(1) if not last else h.mean(1)
+        if not last:
+            h = self.dropout(self.activation(h))
+        return h
+
     def forward(self, blocks: list[Any], x: torch.Tensor) -> torch.Tensor:
+        if len(blocks) != len(self.layers):
+            raise ValueError(f"{len(blocks)} blocks for {len(self.layers)} layers")
         h = self.input_dropout(x)
-        for i, (layer, block) in enumerate(zip(self.layers, blocks, strict=True)):
-            h = layer(block, h)
-            if self.model == "gat":
-                h = h.flatten(1) if i < len(self.layers) - 1 else h.mean(1)
-            if i < len(self.layers) - 1:
-                h = self.dropout(self.activation(h))
+        for i, block in enumerate(blocks):
+            h = self.layer(i, block, h)
         return h
 
 

@@ -84,9 +84,13 @@ import torch.nn.functional as F
 from gnnflow.distributed.comm import all_gather
 from gnnflow.distributed.devices import HOST
 from gnnflow.errors import ConfigError, DistributedError
+from gnnflow.io import ticking
 from gnnflow.results.schema import Recorder
 from gnnflow.strategies.base import RankContext, Strategy
 from gnnflow.strategies.distdgl_janitor import start_janitor
+from gnnflow.strategies.memory import (
+    DGL_EVAL_BATCH as EVAL_BATCH,  # destinations per evaluation batch
+)
 
 SPLITS = ("train", "val", "test")
 #: DGL sampler processes per trainer (``launch.py --num_samplers``); 0 samples in the trainer
@@ -332,19 +336,44 @@ class DistDGLBaseline(Strategy):
 
     @torch.no_grad()
     def evaluate(self) -> dict[str, float]:
+        """DistDGL's layer-wise inference (the ``inference`` of DGL's distributed GraphSAGE example):
+        one layer at a time over every vertex, each trainer its ``node_split`` share in batches of
+        one-hop full neighbourhoods, a hidden layer's outputs in a DistTensor on the servers; the
+        last layer runs on each split's vertices only.  A trainer holds one batch, never the
+        multi-hop neighbourhood of a batch (on a products-sized graph that is the whole graph).
+        Collective: every trainer calls it."""
         import dgl
+        import dgl.distributed as dgld
 
         from gnnflow.strategies.metrics import reduce_sums, split_metrics, split_sums
 
         self.model.eval()
-        sampler = dgl.dataloading.MultiLayerFullNeighborSampler(self.cfg.num_layers)
+        g, net = self.g, self.net
+        one_hop = dgl.dataloading.MultiLayerFullNeighborSampler(1)
+
+        def batches(nids: torch.Tensor) -> Any:
+            return dgl.dataloading.DistNodeDataLoader(g, nids, one_hop, batch_size=EVAL_BATCH,
+                                                      shuffle=False, drop_last=False)
+
+        x, last = g.ndata["feat"], len(net.layers) - 1
+        if last:
+            every = torch.ones(g.num_nodes(), dtype=torch.bool)
+            mine = dgld.node_split(every, g.get_partition_book(), force_even=True)
+        for i in range(last):
+            y = dgld.DistTensor((g.num_nodes(), net.out_widths[i]), torch.float32)  # anonymous: freed with y
+            loader = batches(mine)
+            if self.ctx.rank == 0:
+                loader = ticking(loader, f"distdgl evaluation, layer {i + 1}/{last + 1}: batch",
+                                 -(-len(mine) // EVAL_BATCH))
+            for input_nodes, seeds, blocks in loader:
+                y[seeds] = net.layer(i, blocks[0], x[input_nodes])
+            g.barrier()  # every trainer's rows are in y
+            x = y  # the previous layer's DistTensor is deleted here (collectively)
         sums = split_sums({})
         for split in SPLITS:
-            loader = dgl.dataloading.DistNodeDataLoader(self.g, self.split_nids[split], sampler,
-                                                        batch_size=4096, shuffle=False, drop_last=False)
-            for input_nodes, seeds, blocks in loader:
-                logits = self.net(blocks, self.g.ndata["feat"][input_nodes])
-                sums += split_sums({split: (logits, self.g.ndata["label"][seeds])})
+            for input_nodes, seeds, blocks in batches(self.split_nids[split]):
+                logits = net.layer(last, blocks[0], x[input_nodes])
+                sums += split_sums({split: (logits, g.ndata["label"][seeds])})
         return split_metrics(reduce_sums(sums))
 
     def close(self) -> None:

@@ -52,8 +52,10 @@ the feature dimension, ``H`` the hidden width, ``L`` layers, ``P`` ranks):
 * **DistDGL peer**: one DGL server per part holding its partition (the inner
   and halo structure in int64 and the features, shared memory) and one sampler
   process per trainer (``BASE_DGL`` + sampled blocks); the trainer's evaluation
-  runs DGL's full-neighbourhood sampler on 4096 seeds at a time, which costs
-  about ``DGL_EVAL_EDGE_BYTES`` per edge of such a batch (fitted on one run).
+  is DGL's layer-wise inference: one-hop full-neighbourhood blocks of 4096
+  seeds (about ``DGL_EVAL_EDGE_BYTES`` per edge, fitted on one run, and the
+  pulled rows), and its part of the two hidden DistTensors in use (the layer
+  read and the layer written, ``4 (N / P) d`` each; the server holds them too).
 
 The expected distinct vertices of a sampled layer: ``n_src = min(N, max(n_dst,
 a N (1 - exp(-n_dst (1 + f) / (a N)))))`` with ``f = min(fanout, M / N)``:
@@ -93,6 +95,7 @@ DGCL_SRC, DGCL_DST = 2.0, 5.0  # DGCL: floats per gathered source row and input 
 #: DistDGL peer's evaluation: bytes per edge of a full-neighbourhood batch (DGL's blocks, their
 #: formats and RPC copies; fitted on one run: 300k vertices, 6M edges, 2 ranks, SAGE 3 layers)
 DGL_EVAL_EDGE_BYTES = 240
+DGL_EVAL_BATCH = 4096  # destinations per batch of the DistDGL peer's layer-wise evaluation
 SPLIT_SHARE = 1.25  # split: a rank's share of a level is about 1.25 / P of it (vertices near a cut)
 DEFAULT_PIPELINE_MIB = 384
 #: DistGNN-MB §4.4: cs = 1M lines per layer for OGBN-Products (2,449,029 vertices)
@@ -367,11 +370,16 @@ def estimate(cfg: Any, sizes: GraphSizes) -> MemoryEstimate:
         elif strategy == "distdgl":
             t["baseline"] = BASE_DGL
             t["batch"] = int(batch_rows * 2 + acts)  # DGL's prefetch queue + the trained batch
-            # DGL's evaluation: full-neighbourhood blocks of 4096 seeds at a time (DistNodeDataLoader)
-            full = sampled_layers(4096, [-1] * cfg.num_layers, n, m)
-            edges = sum(x * m / max(1, n) for x in full[1:])
-            t["evaluation"] = max(0, int(DGL_EVAL_EDGE_BYTES * edges + 8 * full[0] * f_dim - t["batch"]))
-            server = BASE_DGL + int(8 * 3 * (p.edges + p.halo) + 4 * p.inner * f_dim + 16 * (p.inner + p.halo))
+            # DGL's layer-wise evaluation: one-hop full-neighbourhood blocks of EVAL_BATCH seeds, the
+            # pulled rows, and the trainer's part of the hidden DistTensors (shared memory it touches)
+            one = sampled_layers(DGL_EVAL_BATCH, [-1], n, m)
+            hidden = [d for _, d in dims[:-1]]
+            width = max([f_dim] + hidden)
+            tables = 4 * (n / len(parts)) * sum(sorted(hidden)[-2:])  # the layer read and the layer written
+            t["evaluation"] = max(0, int(DGL_EVAL_EDGE_BYTES * DGL_EVAL_BATCH * m / max(1, n)
+                                         + 8 * one[0] * width + tables - t["batch"]))
+            server = BASE_DGL + int(8 * 3 * (p.edges + p.halo) + 4 * p.inner * f_dim + 16 * (p.inner + p.halo)
+                                    + tables)
             sampler = BASE_DGL + int(4 * 8 * sum(levels) * 4)
             nsamp = int(opts.get("num_samplers", 1))
             h = {"server": server}
