@@ -30,19 +30,21 @@ import torch.nn.functional as F
 from gnnflow.sampling.block import Block
 
 
-def _transposed(block: Block) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _transposed(block: Block, with_perm: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """``(t_indptr, t_indices, perm)``: the block's edges grouped by source, cached on the block.
 
-    ``perm[j]`` is the edge (CSR position) at transposed position ``j``;
-    ``t_indices[j]`` is that edge's destination.
+    ``perm[j]`` is the edge (CSR position) at transposed position ``j`` (kept only once a
+    caller asks for it: a weighted sum's backward; an unweighted one needs no edge order);
+    ``t_indices[j]`` is that edge's destination.  The destinations of the edges are not
+    cached here either: a full-batch block of 31M edges would keep 0.25 GB each for nothing.
     """
     cache = block.cache.get("transposed")
-    if cache is None:
+    if cache is None or (with_perm and cache[2] is None):
         perm = torch.sort(block.indices, stable=True).indices
-        t_indices = block.edge_dst()[perm]
+        t_indices = block.edge_dst(cache=False)[perm]
         t_indptr = torch.zeros(block.num_src + 1, dtype=torch.int64, device=block.device)
         torch.cumsum(torch.bincount(block.indices, minlength=block.num_src), 0, out=t_indptr[1:])
-        cache = (t_indptr, t_indices, perm)
+        cache = (t_indptr, t_indices, perm if with_perm else None)
         block.cache["transposed"] = cache
     assert isinstance(cache, tuple)
     return cache
@@ -112,7 +114,9 @@ class _CSRSum(torch.autograd.Function):
         # x: [num_src, H, D]; weight: [E, H] or None
         ctx.block = block
         w_he = None if weight is None else weight.t().contiguous()
-        ctx.save_for_backward(x, w_he)
+        # x is needed only for the weights' gradient: an unweighted sum (GCN, SAGE-mean) keeps
+        # no copy of its input rows alive until backward (full-batch: all [inner | halo] rows)
+        ctx.save_for_backward(x if weight is not None and ctx.needs_input_grad[1] else None, w_he)
         return _bag(block, x, w_he, transposed=False).contiguous()
 
     @staticmethod
@@ -122,9 +126,10 @@ class _CSRSum(torch.autograd.Function):
         grad_out = grad_out.contiguous()
         grad_x = grad_w = None
         if ctx.needs_input_grad[0]:
-            t_weight = None if w_he is None else torch.index_select(w_he, 1, _transposed(block)[2])
+            t_weight = None if w_he is None else torch.index_select(w_he, 1, _transposed(block, with_perm=True)[2])
             grad_x = _bag(block, grad_out, t_weight, transposed=True)
         if w_he is not None and ctx.needs_input_grad[1]:
+            assert x is not None
             grad_w = _sddmm(block, grad_out, x.contiguous())
         return grad_x, grad_w, None
 

@@ -78,14 +78,15 @@ class Block:
         assert isinstance(out, torch.Tensor)
         return out
 
-    def edge_dst(self) -> torch.Tensor:
-        """Local destination of every edge (CSR row index expanded), cached."""
+    def edge_dst(self, cache: bool = True) -> torch.Tensor:
+        """Local destination of every edge (CSR row index expanded), cached unless ``cache`` is false."""
         out = self.cache.get("edge_dst")
         if out is None:
             out = torch.repeat_interleave(
                 torch.arange(self.num_dst, device=self.device), self.in_degrees(), output_size=self.num_edges
             )
-            self.cache["edge_dst"] = out
+            if cache:
+                self.cache["edge_dst"] = out
         assert isinstance(out, torch.Tensor)
         return out
 

@@ -91,7 +91,10 @@ ACT_SRC = 2.0  # floats per source row and output feature of a layer that projec
 DISTINCT_POOL = 0.65
 EVAL_CHUNKS = 4  # 64 MiB chunks of source rows alive in inference (rows, fetched halo, copy, output)
 CHUNK = 64 * MIB
-DGCL_SRC, DGCL_DST = 2.0, 5.0  # DGCL: floats per gathered source row and input width, per destination
+#: DGCL: floats per gathered source row and input width (the gathered rows of a layer's forward),
+#: per destination row and output width (the saved activations and their gradients in backward);
+#: fitted on 4-rank GCN 2x256 runs of the 1M-vertex and products-shaped graphs (measured within 6 %)
+DGCL_SRC, DGCL_DST = 1.0, 3.25
 #: DistDGL peer's evaluation: bytes per edge of a full-neighbourhood batch (DGL's blocks, their
 #: formats and RPC copies; fitted on one run: 300k vertices, 6M edges, 2 ranks, SAGE 3 layers)
 DGL_EVAL_EDGE_BYTES = 240
