@@ -175,3 +175,32 @@ def test_tables_relays_and_substages() -> None:
             for tr in st:
                 peer = next(x for x in tables[tr.peer].stages[k] if x.peer == t.rank)
                 assert np.array_equal(tr.send_ids, peer.recv_ids) and np.array_equal(tr.send_sub, peer.recv_sub)
+
+
+@pytest.mark.parametrize("parts", [5, 63, 70, 130])
+def test_more_than_62_parts(parts) -> None:
+    """Destination masks span several 64-bit words past 64 parts: the relation from the CSR
+    and from the halo lists agree with the brute-force halos, and a p2p and an SPST plan on a
+    full mesh deliver every rank exactly its halo (the 62-part cap is gone)."""
+    from gnnflow.distributed.plan import comm_relation_from_halos
+    from gnnflow.distributed.topology import uniform_topology
+
+    g = random_store_arrays(num_nodes=1500, avg_degree=6, seed=3)
+    indptr, indices = g["indptr"], g["indices"]
+    node_part = np.random.default_rng(3).integers(0, parts, 1500).astype(np.int32)
+    rel = comm_relation(indptr, indices, node_part, parts)
+    halos = []
+    for j in range(parts):
+        inner = np.flatnonzero(node_part == j)
+        nbrs = np.concatenate([indices[indptr[v]:indptr[v + 1]] for v in inner] + [np.zeros(0, np.int64)])
+        halos.append(np.unique(nbrs[node_part[nbrs] != j]).astype(np.int64))
+        assert np.array_equal(rel.halo_ids(j), halos[-1])
+    from_halos = comm_relation_from_halos(halos, node_part, parts)
+    assert np.array_equal(from_halos.vertices, rel.vertices) and np.array_equal(from_halos.dest_mask, rel.dest_mask)
+    assert rel.pair_counts().sum() == sum(h.shape[0] for h in halos)
+    topo = uniform_topology(parts)
+    for plan in (plan_p2p(rel, topo), plan_spst(rel, topo, granularity=64)):
+        for t in plan.tables():
+            assert np.array_equal(t.halo_ids, halos[t.rank])
+            got = np.concatenate([tr.recv_ids for st in t.stages for tr in st] + [np.zeros(0, np.int64)])
+            assert np.array_equal(np.sort(got), np.union1d(t.halo_ids, t.relay_ids))

@@ -51,7 +51,11 @@ class CommRelation:
     node_part: np.ndarray  # int32 [N]
     vertices: np.ndarray  # int64 ids needed by at least one other part, sorted
     owner: np.ndarray  # int64 owner part of each
-    dest_mask: np.ndarray  # int64 bitmask of parts that need it (owner bit clear)
+    dest_mask: np.ndarray  # uint64 [V, words(P)]: bit j % 64 of word j // 64 set: part j needs it
+
+    def needs(self, j: int) -> np.ndarray:
+        """Which of :attr:`vertices` part ``j`` needs (a boolean mask)."""
+        return (self.dest_mask[:, j >> 6] >> np.uint64(j & 63)) & np.uint64(1) == 1
 
     @property
     def num_nodes(self) -> int:
@@ -62,37 +66,52 @@ class CommRelation:
         p = self.num_parts
         out = np.zeros((p, p), dtype=np.int64)
         for j in range(p):
-            has = (self.dest_mask >> j) & 1 == 1
+            has = self.needs(j)
             out[:, j] = np.bincount(self.owner[has], minlength=p)
         return out
 
     def pair_vertices(self, i: int, j: int) -> np.ndarray:
         """``V_ij`` (sorted global ids)."""
-        sel = (self.owner == i) & ((self.dest_mask >> j) & 1 == 1)
+        sel = (self.owner == i) & self.needs(j)
         return self.vertices[sel]
 
     def halo_ids(self, j: int) -> np.ndarray:
         """Vertices part j receives (its 1-hop in-neighbours owned elsewhere), sorted."""
-        return self.vertices[(self.dest_mask >> j) & 1 == 1]
+        return self.vertices[self.needs(j)]
 
     def inner_ids(self, j: int) -> np.ndarray:
         return np.flatnonzero(np.asarray(self.node_part) == j).astype(np.int64)
 
     def classes(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """``(class_owner, class_mask, class_of_vertex)``: vertices grouped by ``(s_u, D_u)``."""
-        bits = np.int64(self.num_parts)
-        key = self.owner * (np.int64(1) << bits) + self.dest_mask
-        if self.num_parts * (1 << self.num_parts) <= 1 << 24:  # small key space: counting, no sort
-            counts = np.bincount(key, minlength=1)
-            uniq = np.flatnonzero(counts).astype(np.int64)
-            lookup = np.zeros(counts.shape[0], dtype=np.int64)
-            lookup[uniq] = np.arange(uniq.shape[0])
-            inverse = lookup[key]
-        else:
-            uniq, inverse = np.unique(key, return_inverse=True)
-        cls_owner = uniq >> bits
-        cls_mask = uniq & ((np.int64(1) << bits) - 1)
-        return cls_owner, cls_mask, inverse.astype(np.int64)
+        """``(class_owner, class_mask, class_of_vertex)``: vertices grouped by ``(s_u, D_u)``
+        (``class_mask``: ``[C, words(P)]`` like :attr:`dest_mask`)."""
+        p = self.num_parts
+        if p <= 56:  # owner and mask fit one int64 key
+            key = self.owner * (np.int64(1) << np.int64(p)) + self.dest_mask[:, 0].astype(np.int64)
+            if p * (1 << p) <= 1 << 24:  # small key space: counting, no sort
+                counts = np.bincount(key, minlength=1)
+                uniq = np.flatnonzero(counts).astype(np.int64)
+                lookup = np.zeros(counts.shape[0], dtype=np.int64)
+                lookup[uniq] = np.arange(uniq.shape[0])
+                inverse = lookup[key]
+            else:
+                uniq, inverse = np.unique(key, return_inverse=True)
+            cls_owner = uniq >> np.int64(p)
+            cls_mask = (uniq & ((np.int64(1) << np.int64(p)) - 1)).astype(np.uint64)[:, None]
+            return cls_owner, cls_mask, inverse.astype(np.int64).reshape(-1)
+        rows = np.column_stack([self.owner.astype(np.uint64), self.dest_mask])
+        uniq_rows, inverse = np.unique(rows, axis=0, return_inverse=True)
+        return uniq_rows[:, 0].astype(np.int64), uniq_rows[:, 1:], inverse.astype(np.int64).reshape(-1)
+
+
+def mask_words(num_parts: int) -> int:
+    """64-bit words of a destination mask over ``num_parts`` parts."""
+    return max(1, -(-int(num_parts) // 64))
+
+
+def mask_parts(row: np.ndarray, num_parts: int) -> list[int]:
+    """The parts whose bits are set in one mask row (``[words]`` uint64)."""
+    return [j for j in range(num_parts) if (int(row[j >> 6]) >> (j & 63)) & 1]
 
 
 def comm_relation_from_halos(halos: list[np.ndarray], node_part: np.ndarray, num_parts: int) -> CommRelation:
@@ -100,13 +119,12 @@ def comm_relation_from_halos(halos: list[np.ndarray], node_part: np.ndarray, num
     vertices part ``p`` needs and does not own), without the graph's CSR: what a rank can plan
     from the partition book's small metadata and the halo lists the other ranks send it."""
     p = int(num_parts)
-    if p > 62:
-        raise ConfigError(f"comm_relation supports at most 62 parts, got {p}")
     needed = np.concatenate([np.asarray(h, dtype=np.int64) for h in halos]) if halos else np.zeros(0, np.int64)
     needer = np.repeat(np.arange(p, dtype=np.int64), [int(np.asarray(h).shape[0]) for h in halos])
     vertices, inverse = np.unique(needed, return_inverse=True)
-    mask = np.zeros(vertices.shape[0], dtype=np.int64)
-    np.bitwise_or.at(mask, inverse, np.left_shift(np.int64(1), needer))
+    mask = np.zeros((vertices.shape[0], mask_words(p)), dtype=np.uint64)
+    np.bitwise_or.at(mask, (inverse.reshape(-1), needer >> 6),
+                     np.left_shift(np.uint64(1), (needer & 63).astype(np.uint64)))
     node_part = np.asarray(node_part)
     return CommRelation(p, node_part, vertices, node_part[vertices].astype(np.int64), mask)
 
@@ -121,12 +139,10 @@ def comm_relation(indptr: np.ndarray, indices: np.ndarray, node_part: np.ndarray
     node_part = np.asarray(node_part)
     n = node_part.shape[0]
     p = int(num_parts if num_parts is not None else int(node_part.max()) + 1)
-    if p > 62:
-        raise ConfigError(f"comm_relation supports at most 62 parts, got {p}")
     indptr = np.asarray(indptr, dtype=np.int64)
     src = np.asarray(indices, dtype=np.int64)
     # One scatter of every edge into an [N, P] flag matrix ("u is needed by part p"), packed
-    # to a 64-bit mask per vertex; the owner's own bit is cleared afterwards.  Narrow part ids
+    # to 64-bit mask words per vertex; the owner's own bit is cleared afterwards.  Narrow part ids
     # keep the per-edge arrays small: memory bandwidth dominates here.
     narrow = node_part.astype(np.int8 if p <= 127 else np.int64, copy=False)
     key = src * p
@@ -136,11 +152,14 @@ def comm_relation(indptr: np.ndarray, indices: np.ndarray, node_part: np.ndarray
     del key
     packed = np.packbits(flags.reshape(n, p), axis=1, bitorder="little")
     del flags
-    wide = np.zeros((n, 8), dtype=np.uint8)
+    words = mask_words(p)
+    wide = np.zeros((n, 8 * words), dtype=np.uint8)
     wide[:, : packed.shape[1]] = packed
+    del packed
     part = node_part.astype(np.int64)
-    mask = wide.view("<i8").reshape(n) & ~np.left_shift(np.int64(1), part)
-    vertices = np.flatnonzero(mask).astype(np.int64)
+    mask = wide.view("<u8").reshape(n, words)
+    mask[np.arange(n), part >> 6] &= ~np.left_shift(np.uint64(1), (part & 63).astype(np.uint64))  # not its own
+    vertices = np.flatnonzero(mask.any(axis=1)).astype(np.int64)
     return CommRelation(p, node_part, vertices, part[vertices], mask[vertices])
 
 
@@ -367,7 +386,7 @@ def _class_units(rel: CommRelation, granularity: int, seed: int
     for c in range(cls_owner.shape[0]):
         k = max(1, math.ceil(counts[c] / granularity))
         members = rel.vertices[order[bounds[c]:bounds[c + 1]]]
-        dests = [j for j in range(rel.num_parts) if (int(cls_mask[c]) >> j) & 1]
+        dests = mask_parts(cls_mask[c], rel.num_parts)
         for piece in np.array_split(members, k):
             units_v.append(piece)
             units_owner.append(int(cls_owner[c]))
