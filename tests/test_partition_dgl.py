@@ -83,24 +83,43 @@ def synthetic_books(tmp_path_factory):
 
     tmp = tmp_path_factory.mktemp("dglwriter")
     store = prepare_synthetic(tmp / "graph", num_nodes=1500)
+    directed = _directed_store(tmp / "directed")
     roots = {}
-    for k in (2, 3):
-        root = tmp / f"k{k}"
-        root.mkdir()
-        (root / "graph").symlink_to(store.path)
-        partition_graph(store.path, "metis", k, root / "book")
-        roots[k] = root
+    for name, graph in (("undirected", store.path), ("directed", directed.path)):
+        for k in (2, 3):
+            root = tmp / f"{name}{k}"
+            root.mkdir()
+            (root / "graph").symlink_to(graph)
+            partition_graph(graph, "metis", k, root / "book")
+            roots[name, k] = root
     return roots
+
+
+def _directed_store(path):
+    """A random graph with 60% of each undirected pair's directions kept: out-neighbours that
+    are not in-neighbours, the halo vertices DGL adds after the in-neighbours."""
+    from conftest import random_store_arrays
+
+    from gnnflow.data.store import write_store
+
+    arrays = random_store_arrays(num_nodes=600, avg_degree=8)
+    indptr, indices = arrays.pop("indptr"), arrays.pop("indices")
+    keep = np.random.default_rng(1).random(indices.shape[0]) < 0.6
+    dst = np.repeat(np.arange(indptr.shape[0] - 1), np.diff(indptr))[keep]
+    indptr = np.concatenate([[0], np.cumsum(np.bincount(dst, minlength=indptr.shape[0] - 1))])
+    return write_store(path, name="directed", source="test", directed=True, indptr=indptr,
+                       indices=indices[keep], **arrays)
 
 
 @pytest.mark.parametrize("loops", [False, True], ids=["A", "A+I"])
 @pytest.mark.parametrize("k", [2, 3])
-def test_shard_writer_matches_dgl_writer(synthetic_books, k, loops):
+@pytest.mark.parametrize("graph", ["undirected", "directed"])
+def test_shard_writer_matches_dgl_writer(synthetic_books, graph, k, loops):
     """The part-by-part writer writes DGL's layout: the same JSON, orig_nids, node data and
     per part the same vertices in the same local order (``_ID``, ``inner_node``, ``part_id``)
     and the same edges (endpoints, ``inner_edge``; edge ids are DGL's ranges per part, ordered
     row by row where DGL's unstable sort leaves them in another order inside a part)."""
-    ours, dgls = (_dgl_layout(synthetic_books[k], w, loops) for w in ("shards", "dgl"))
+    ours, dgls = (_dgl_layout(synthetic_books[graph, k], w, loops) for w in ("shards", "dgl"))
     assert ours["json"] == dgls["json"]
     np.testing.assert_array_equal(ours["orig_nids"], dgls["orig_nids"])
     for (g, nfeat, efeat), (dg, dnfeat, defeat) in zip(ours["parts"], dgls["parts"], strict=True):
@@ -130,7 +149,7 @@ def test_shard_writer_dispatch(synthetic_books, tmp_path):
     from gnnflow.partition.book import PartitionBook
     from gnnflow.partition.dgl_interop import dgl_writer_for
 
-    root = synthetic_books[2]
+    root = synthetic_books["undirected", 2]
     assert dgl_writer_for(PartitionBook(root / "book"))[0] == "shards"
     two = partition_graph(root / "graph", "two-level", 4, tmp_path / "two", levels="2x2")
     assert dgl_writer_for(two)[0] == "dgl"
