@@ -9,21 +9,30 @@ range.  ``orig_nids.npy`` maps DGL's reshuffled ids back to gnnflow ids
 * ``shards`` (one-level books of two or more parts with one-hop halos, every part present:
   the DistDGL peer's case) builds the layout part by part from the book's own shards, so
   memory is about one part (plus a few N-long id vectors), never the whole graph.  It
-  writes what DGL's ``partition_graph(..., num_hops=1, reshuffle)`` writes for the book's
-  ``node_part`` (the tests compare the two writers' outputs file by file):
+  writes what DGL's ``partition_graph(..., num_hops=1)`` writes for the book's
+  ``node_part`` (the tests compare the two writers' outputs):
 
-  - node ids ordered by (part, original id); edge ids ordered by (part of the destination,
-    destination, position in the destination's in-edge list): with the store's CSR
-    (indexed by destination) that is the book's part CSR order, self loops (A + I) last
-    in their row as :meth:`Part.with_self_loops` puts them;
-  - part ``p``'s graph: its inner vertices, then halo vertices in the order DGL's
-    ``GetSubgraphWithHalo`` meets them (in-neighbours in in-edge order, then the
-    destinations of out-edges leaving the part); edges: the inner vertices' in-edges
-    (``inner_edge`` 1) and the out-edges from inner vertices to other parts'
-    vertices (``inner_edge`` 0, read from the other parts' shards), each group in new
-    edge-id order;
-  - ndata ``_ID``/``inner_node``/``part_id``, edata ``_ID``/``inner_edge``, node data
-    ``_N/feat``, ``_N/label``, ``_N/*_mask`` of the inner vertices from the graph store.
+  - node ids: DGL's ``reshuffle_graph`` order, ``torch.sort(node_part)`` (not a stable
+    sort: inside a part it is not gnnflow's order), recomputed here on the N-long vector;
+    the JSON (node_map, edge_map, counts), ``orig_nids.npy`` and ``node_feat.dgl``
+    (``_N/feat``, ``_N/label``, ``_N/*_mask`` of the inner vertices, from the graph store,
+    as :func:`store_to_dgl` gives them to DGL) are DGL's;
+  - part ``p``'s graph is DGL's one-hop halo subgraph (``GetSubgraphWithHalo``): its
+    vertices in DGL's local order (inner, then halo sources in in-edge order, then the
+    other destinations of out-edges ordered by (source, destination)), its edges the
+    inner vertices' in-edges (``inner_edge`` 1) followed by the out-edges from inner
+    vertices to other parts' vertices (``inner_edge`` 0, read from those parts'
+    shards), ndata ``_ID``/``inner_node``/``part_id``, edata ``_ID``/``inner_edge``,
+    COO only, as DGL saves it;
+  - edge ids: each part's in-edges fill the part's edge_map range as in DGL, but DGL
+    orders them inside the range with an unstable ``std::sort`` over the whole graph's
+    edges (``_CAPI_DGLReassignEdges_Hetero`` sorts by (part, edge type) because
+    ``to_homogeneous`` adds an edge type), which no per-part computation reproduces;
+    here they are numbered row by row in DGL's node order, in-edge list order inside a
+    row (a self loop of A + I last).  The ids differ from DGL's only by a permutation
+    inside each part's range; the peer uses no edge data, and every vertex's in-edge
+    list holds the same neighbours, so neighbour sampling draws from the same
+    distribution (in another order for a given seed).
 
 * ``dgl`` (everything else: two-level books, halos of other depths, one part, staged
   copies) is DGL's own writer, ``dgl.distributed.partition_graph`` on the whole graph
@@ -121,7 +130,8 @@ def write_dgl_partitions(book: Any, store: Any, out_dir: str | os.PathLike[str],
     if writer not in (None, "dgl", chosen):
         raise ConfigError(f"{book.path}: the shard DGL writer does not cover {why}; use writer='dgl'")
     writer = writer or chosen
-    log.info("DGL layout of %s (%s writer: %s)", book.path, writer, why)
+    log.info("DGL layout of %s: %s writer (%s)", book.path, writer,
+             why if writer == chosen else "asked for")
     out_dir = Path(out_dir)
     with atomic_dir(out_dir, overwrite=overwrite) as tmp:
         if writer == "shards":
