@@ -7,8 +7,9 @@ with ``DistNodeDataLoader`` + ``NeighborSampler`` (remote neighbourhoods via
 RPC to the owning server) and trains DGL's own layers (``SAGEConv`` /
 ``GraphConv`` / ``GATConv``) under PyTorch ``DistributedDataParallel``.  The
 partition book is converted with
-:func:`gnnflow.partition.dgl_interop.write_dgl_partitions` (DGL's writer with
-the book's node assignment), so both systems run on identical partitions.
+:func:`gnnflow.partition.dgl_interop.write_dgl_partitions` (DGL's layout of the
+book's node assignment, written part by part from the book's shards, or by DGL's
+own writer for two-level books), so both systems run on identical partitions.
 
 Launch (what DGL's ``tools/launch.py`` does, on this machine): the gnnflow
 launcher starts the P trainer ranks; rank 0 writes an ``ip_config`` with one
