@@ -403,3 +403,18 @@ def _save_tensor_dict(path: Path, data: dict[str, Any]) -> None:
     from dgl.data.utils import save_tensors
 
     save_tensors(str(path), data)
+
+
+def dgl_layout(book_path: str, self_loops: bool = False) -> Path:
+    """Where the DGL layout of ``book_path`` lives: next to the book (``<book>.dgl``; of A + I,
+    the model's graph of GCN, ``<book>.dgl-loops``), in the original book and in a staged copy."""
+    book = Path(book_path).resolve()
+    return book.parent / f"{book.name}.dgl{'-loops' if self_loops else ''}"
+
+
+def ensure_dgl_layout(book_path: str, graph_path: str, self_loops: bool = False) -> Path:
+    """The DGL layout of ``book_path``, written first if it is not there (needs every part's shard)."""
+    out = dgl_layout(book_path, self_loops)
+    if not (out / "gnnflow.json").exists():
+        write_dgl_partitions(Path(book_path).resolve(), graph_path, out, "gnnflow", self_loops=self_loops)
+    return out

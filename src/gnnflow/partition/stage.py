@@ -17,7 +17,11 @@ per-edge and no per-vertex feature data of other parts; the top-level
 split's vertex ids (8 bytes each).  ``whole_graph=True`` copies the whole graph
 store instead of its meta and splits, for strategies that read it at training
 time (p3's feature columns, dgcl's replication baseline, data with
-``replicate_structure``, the DistDGL peer).
+``replicate_structure``).  ``dgl="plain"|"loops"|"both"`` adds the DistDGL
+peer's layout of the staged parts (``OUT/book.dgl``, ``OUT/book.dgl-loops``:
+its JSON, ``orig_nids.npy`` and the parts' directories), written next to the
+original book first when it is not there; a host then serves its parts with
+no whole-graph file.
 
 The copy is written next to ``OUT`` and renamed into place, so a failed stage
 leaves nothing behind.
@@ -51,10 +55,30 @@ def parse_parts(text: str, num_parts: int) -> list[int]:
     return parts
 
 
+#: ``--dgl`` choices: which DGL layouts (of A + I or not) to stage
+DGL_LAYOUTS = {"plain": (False,), "loops": (True,), "both": (False, True)}
+
+
+def _stage_dgl_layout(book: PartitionBook, graph: Path, parts: list[int], out_book: Path, loops: bool) -> list[Path]:
+    """The DGL layout's top files and ``parts``' directories, beside the staged book."""
+    from gnnflow.partition.dgl_interop import dgl_layout, ensure_dgl_layout
+
+    layout = ensure_dgl_layout(str(book.path), str(graph), self_loops=loops)
+    dest = dgl_layout(str(out_book), self_loops=loops)
+    dest.mkdir()
+    copied = [Path(shutil.copy2(f, dest / f.name)) for f in sorted(layout.iterdir()) if f.is_file()]
+    for k in parts:
+        shutil.copytree(layout / f"part{k}", dest / f"part{k}")
+        copied += sorted((dest / f"part{k}").iterdir())
+    return copied
+
+
 def stage_book(book_path: str | os.PathLike[str], parts: list[int], out: str | os.PathLike[str],
-               whole_graph: bool = False, overwrite: bool = False) -> dict[str, Any]:
+               whole_graph: bool = False, overwrite: bool = False, dgl: str | None = None) -> dict[str, Any]:
     """Copy what the ranks of ``parts`` need into ``out`` (see the module docstring); return a
-    summary (files and bytes copied)."""
+    summary (files and bytes copied).  ``dgl``: also the DistDGL peer's layout of these parts
+    (``plain``: of A, ``loops``: of A + I, as GCN trains; ``both``), written next to the book
+    first if it is not there."""
     book = PartitionBook(book_path)
     graph = book.graph_path
     if not (graph / "meta.json").exists():
@@ -77,6 +101,8 @@ def stage_book(book_path: str | os.PathLike[str], parts: list[int], out: str | o
         meta["staged_from"] = str(book.path.resolve())
         meta["staged_whole_graph"] = bool(whole_graph)
         (tmp / "book" / "meta.json").write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
+        for loops in DGL_LAYOUTS[dgl] if dgl else ():
+            copied += _stage_dgl_layout(book, graph, parts, tmp / "book", loops)
         if whole_graph:
             shutil.copytree(graph, tmp / "graph")
             copied += sorted((tmp / "graph").rglob("*.npy"))

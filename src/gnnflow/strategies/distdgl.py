@@ -11,15 +11,20 @@ partition book is converted with
 book's node assignment, written part by part from the book's shards, or by DGL's
 own writer for two-level books), so both systems run on identical partitions.
 
-Launch (what DGL's ``tools/launch.py`` does, on this machine): the gnnflow
-launcher starts the P trainer ranks; rank 0 writes an ``ip_config`` with one
-line per partition ("machine") ``127.0.0.1 <port>`` and starts one server
-process per partition with ``DGL_ROLE=server``, ``DGL_SERVER_ID=i``,
+Launch (what DGL's ``tools/launch.py`` does): the gnnflow launcher starts the P
+trainer ranks (on one host, or on several: ``--nnodes``, torchrun, srun);
+rank 0 writes the DGL layout next to the book if it is not there (a staged
+host gets it with ``gnnflow stage --dgl``); every rank r then serves its own
+part: it picks a port on the run's address (loopback on one host, the host's
+address across hosts), the ranks gather an ``ip_config`` with one line per
+partition ("machine") ``<address of rank r> <port>``, and rank r starts the
+server of partition r with ``DGL_ROLE=server``, ``DGL_SERVER_ID=r``,
 ``DGL_NUM_SERVER=1``, ``DGL_NUM_CLIENT=P * (1 + S)``, ``DGL_CONF_PATH``,
 ``DGL_IP_CONFIG``, ``DGL_GRAPH_FORMAT=csc``; trainers run with
 ``DGL_DIST_MODE=distributed``, ``DGL_ROLE=client``, ``DGL_NUM_SAMPLER=S``.
-Servers die with rank 0 (``PR_SET_PDEATHSIG``), so a failed run leaves no
-process behind; on success DGL's ``exit_client`` shuts them down.
+A server dies with its rank (``PR_SET_PDEATHSIG``), so a failed run leaves no
+process behind; on success DGL's ``exit_client`` (rank 0's client) shuts them
+all down.
 
 Sampler processes (option ``num_samplers``, default 1): as ``launch.py
 --num_samplers S`` does, each trainer runs with ``DGL_NUM_SAMPLER=S`` and
@@ -51,14 +56,14 @@ clients on the same machine" (DGL's own tests).  On one host,
    distinct too.  ``<run>`` is drawn per run (``gf`` + 8 hex digits), so two
    runs on one host, e.g. two users' benchmarks, never share a segment.
 
-Shared memory is removed by DGL's servers when they shut down; when rank 0
-dies instead, :mod:`gnnflow.strategies.distdgl_janitor` removes the run's
-``/dev/shm`` entries once the servers are gone.
+Shared memory is removed by DGL's servers when they shut down; when a rank
+dies instead, its :mod:`gnnflow.strategies.distdgl_janitor` removes its
+machine's ``/dev/shm`` entries once its server is gone.
 
 Everything else — sampling, KVStore pulls, partition policy, DDP — is DGL's
 code.  With those patches each trainer reads its local partition through
-shared memory and remote ones through RPC, as on a real cluster.  What is not
-possible here: there is no network between "machines".
+shared memory and remote ones through RPC, as on a real cluster (across
+hosts: over the network; tests/test_multihost.py).
 """
 
 from __future__ import annotations
@@ -86,6 +91,7 @@ from gnnflow.distributed.comm import all_gather
 from gnnflow.distributed.devices import HOST
 from gnnflow.errors import ConfigError, DistributedError
 from gnnflow.io import ticking
+from gnnflow.partition.dgl_interop import dgl_layout, ensure_dgl_layout
 from gnnflow.results.schema import Recorder
 from gnnflow.strategies.base import RankContext, Strategy
 from gnnflow.strategies.distdgl_janitor import start_janitor
@@ -146,24 +152,20 @@ def num_samplers(cfg: Any) -> int:
     return int(value)
 
 
-def dgl_partitions(book_path: str, graph_path: str, num_parts: int, run: str, run_dir: Path,
-                   self_loops: bool = False) -> list[Path]:
-    """DGL layout of ``book_path`` (written once, next to the book; of A + I with ``self_loops``,
-    the model's graph as every strategy trains on it) and, in ``run_dir``, one config per
-    partition naming the graph ``<run>m<r>`` (absolute paths to the shared layout)."""
-    from gnnflow.partition.dgl_interop import write_dgl_partitions
-
-    book = Path(book_path).resolve()
-    out = book.parent / f"{book.name}.dgl{'-loops' if self_loops else ''}"
-    conf = out / "gnnflow.json"
+def machine_configs(layout: Path, num_parts: int, run: str, run_dir: Path) -> list[Path]:
+    """In ``run_dir``, one partition config per DGL machine (= part = trainer) naming the graph
+    ``<run>m<r>``, with absolute paths into ``layout`` (a host holds only its own parts' files:
+    a client reads only the config's maps, a server loads only its own part)."""
+    conf = layout / "gnnflow.json"
     if not conf.exists():
-        write_dgl_partitions(book, graph_path, out, "gnnflow", self_loops=self_loops)
+        raise ConfigError(f"{layout}: no DistDGL layout of this book on this host; stage it with the parts "
+                          "(`gnnflow stage BOOK --part K --to DIR --dgl`, docs/cluster.md)")
     cfg = json.loads(conf.read_text())
     if int(cfg["num_parts"]) != num_parts:
         raise ConfigError(f"{conf}: {cfg['num_parts']} DGL partitions for {num_parts} trainers; "
                           "--strategy distdgl needs a one-level book with as many parts as --workers")
     for p in range(num_parts):
-        cfg[f"part-{p}"] = {k: str(out / v) for k, v in cfg[f"part-{p}"].items()}
+        cfg[f"part-{p}"] = {k: str(layout / v) for k, v in cfg[f"part-{p}"].items()}
     confs = []
     for r in range(num_parts):
         path = run_dir / f"{run}m{r}.json"
@@ -179,15 +181,14 @@ def _set_pdeathsig() -> None:  # runs in the server child before exec
         pass
 
 
-def start_servers(confs: list[Path], ip_config: Path, run: str, num_trainers: int,
+def start_servers(confs: dict[int, Path], ip_config: Path, run: str, num_trainers: int,
                   samplers: int) -> list[subprocess.Popen]:
-    """One ``DistGraphServer`` process per partition, killed if this process dies.
-
-    Every trainer and every sampler process is a client (``launch.py``'s count).
-    """
+    """One ``DistGraphServer`` process for each partition of ``confs`` (part -> its machine's
+    config), killed if this process dies.  Every trainer and every sampler process is a client
+    (``launch.py``'s count)."""
     procs = []
     num_clients = num_trainers * (1 + samplers)
-    for i, conf in enumerate(confs):
+    for i, conf in confs.items():
         env = dict(os.environ, DGL_ROLE="server", DGL_SERVER_ID=str(i), DGL_NUM_SERVER="1",
                    DGL_NUM_CLIENT=str(num_clients), DGL_CONF_PATH=str(conf), DGL_IP_CONFIG=str(ip_config),
                    DGL_GRAPH_FORMAT="csc", DGL_DIST_MODE="distributed", DGL_NUM_SAMPLER=str(samplers),
@@ -230,6 +231,7 @@ class DistDGLBaseline(Strategy):
 
         from gnnflow.distributed.comm import world
         from gnnflow.distributed.launch import free_port
+        from gnnflow.distributed.network import run_address
         from gnnflow.nn.peer import dgl_model_from_config
         from gnnflow.strategies.common import make_optimizer, seed_everything
 
@@ -243,25 +245,28 @@ class DistDGLBaseline(Strategy):
         shared: list[Any] = [secrets.token_hex(4)]  # this run's name in shared memory
         dist.broadcast_object_list(shared, 0)
         run = self.run = f"gf{shared[0]}"
-        shared = [None]
-        if rank == 0:
+        if rank == 0:  # converted once, where the whole book is (a staged host has it already)
             from gnnflow.partition.book import PartitionBook
 
-            book = PartitionBook.open(cfg.partition)
-            run_dir = Path(tempfile.mkdtemp(prefix=f"gnnflow-dgl-{run}-"))
-            confs = dgl_partitions(cfg.partition, str(book.graph_path), size, run, run_dir,
-                                   self_loops=cfg.adds_self_loops)
-            ip_config = run_dir / "ip_config.txt"
-            ip_config.write_text("".join(f"127.0.0.1 {free_port()}\n" for _ in range(size)))
-            self.servers = start_servers(confs, ip_config, run, size, samplers)
-            self.janitor = start_janitor(run, run_dir, [p.pid for p in self.servers])
-            atexit.register(self._stop_servers)  # runs after DGL's exit_client (registered later)
-            shared = [(str(ip_config), [str(c) for c in confs])]
-        dist.broadcast_object_list(shared, 0)
-        ip_config, confs = shared[0]
+            ensure_dgl_layout(cfg.partition, str(PartitionBook.open(cfg.partition).graph_path),
+                              self_loops=cfg.adds_self_loops)
+        dist.barrier()
+        # every rank serves its own part from its host (DGL machine r = trainer r), on the run's
+        # address (loopback on one host): ip_config line r is rank r's address and server port
+        run_dir = Path(tempfile.mkdtemp(prefix=f"gnnflow-dgl-{run}m{rank}-"))
+        confs = machine_configs(dgl_layout(cfg.partition, cfg.adds_self_loops), size, run, run_dir)
+        address = run_address()
+        lines: list[Any] = [None] * size
+        dist.all_gather_object(lines, f"{address} {free_port(address)}")
+        ip_config = run_dir / "ip_config.txt"
+        ip_config.write_text("".join(f"{line}\n" for line in lines))
+        self.servers = start_servers({rank: confs[rank]}, ip_config, run, size, samplers)
+        # removes this machine's shared memory once its server is gone (e.g. with this rank)
+        self.janitor = start_janitor(f"{run}m{rank}", run_dir, [p.pid for p in self.servers])
+        atexit.register(self._stop_servers)  # runs after DGL's exit_client (registered later)
         os.environ.update(DGL_DIST_MODE="distributed", DGL_ROLE="client", DGL_NUM_SAMPLER=str(samplers),
                           DGL_NUM_SERVER="1", DGL_NUM_CLIENT=str(size * (1 + samplers)), DGL_GROUP_ID="0",
-                          DGL_IP_CONFIG=ip_config, DGL_CONF_PATH=confs[rank])
+                          DGL_IP_CONFIG=str(ip_config), DGL_CONF_PATH=str(confs[rank]))
         os.environ.update({_RUN_ENV: f"{run}:{rank}", _TRAINER_ENV: str(os.getpid())})  # for DGL's samplers
         # launch.py gives trainers (and so their sampler processes) OMP_NUM_THREADS = cores / trainers
         os.environ["OMP_NUM_THREADS"] = str(torch.get_num_threads())
@@ -271,11 +276,11 @@ class DistDGLBaseline(Strategy):
         dist_context.init_process = _sampler_process  # DGL's pool spawns its samplers with this
         # DGL prints connection progress to stdout; keep stdout clean for `--json` consumers
         with contextlib.redirect_stdout(sys.stderr):
-            dgld.initialize(ip_config)
+            dgld.initialize(str(ip_config))
         atexit.unregister(dgld.exit_client)
-        atexit.register(self._exit_dgl)  # LIFO: runs before _stop_servers on rank 0
+        atexit.register(self._exit_dgl)  # LIFO: runs before _stop_servers
         self._dgl_active = True
-        self.g = dgld.DistGraph(f"{run}m{rank}", part_config=confs[rank])
+        self.g = dgld.DistGraph(f"{run}m{rank}", part_config=str(confs[rank]))
         pb = self.g.get_partition_book()
         self.split_nids = {s: dgld.node_split(self.g.ndata[f"{s}_mask"], pb, force_even=True) for s in SPLITS}
         feat_dim = int(self.g.ndata["feat"].shape[1])

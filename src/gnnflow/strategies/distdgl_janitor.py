@@ -1,19 +1,22 @@
-"""Removes what a DistDGL peer run leaves in shared memory when its rank 0 dies.
+"""Removes what a DistDGL peer run leaves in shared memory when one of its ranks dies.
 
 DGL's servers name their shared-memory segments after the graph; a server
-killed with its rank 0 (``PR_SET_PDEATHSIG``) cannot unlink them, and the
-next run of the same name would map stale segments.  Rank 0 of
+killed with its rank (``PR_SET_PDEATHSIG``) cannot unlink them, and the next
+run of the same name would map stale segments.  Every rank of
 ``--strategy distdgl`` starts this process (a small interpreter: no torch)
-with a pipe on stdin.  Once the pipe closes, because rank 0 finished or died,
-it waits for the servers to end, then removes every ``/dev/shm`` entry whose
-name contains the run's token and the run's temporary directory.
+for its machine (``<run>m<rank>``: its server's and its own segments) with a
+pipe on stdin.  Once the pipe closes, because the rank finished or died, it
+waits for the server to end, then removes every ``/dev/shm`` entry whose name
+contains the token (not followed by a digit: machine 1 is not machine 10) and
+the rank's temporary directory.
 
-    python -m gnnflow.strategies.distdgl_janitor RUN RUN_DIR SERVER_PID...
+    python -m gnnflow.strategies.distdgl_janitor TOKEN RUN_DIR SERVER_PID...
 """
 
 from __future__ import annotations
 
 import contextlib
+import re
 import shutil
 import subprocess
 import sys
@@ -22,10 +25,12 @@ from pathlib import Path
 SHM = Path("/dev/shm")
 
 
-def shm_entries(run: str, shm: Path = SHM) -> list[Path]:
-    """The shared-memory files of run ``run`` (every segment name of the run contains it)."""
+def shm_entries(token: str, shm: Path = SHM) -> list[Path]:
+    """The shared-memory files of ``token`` (a run, or one machine of it: ``<run>m<r>``; every
+    segment name of the run contains its machine's token)."""
+    pattern = re.compile(re.escape(token) + r"(?!\d)")
     try:
-        return [p for p in shm.iterdir() if run in p.name]
+        return [p for p in shm.iterdir() if pattern.search(p.name)]
     except FileNotFoundError:  # pragma: no cover - no /dev/shm
         return []
 
