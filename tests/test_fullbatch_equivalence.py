@@ -89,8 +89,8 @@ def test_accuracy_matches_single_process_on_default_graph(tmp_path):
     model = build_model("gcn", x.shape[1], 64, int(store.meta["num_classes"]), 2, 0.5, 1)
     opt = torch.optim.Adam(model.parameters(), lr=0.01)
     blocks = [Block.full_graph(*with_self_loops(store.indptr, store.indices))] * 2
-    train = torch.from_numpy(np.asarray(store.train_idx))
-    test = torch.from_numpy(np.asarray(store.test_idx))
+    train = torch.from_numpy(np.array(store.train_idx))
+    test = torch.from_numpy(np.array(store.test_idx))
     for _ in range(epochs):
         model.train()
         opt.zero_grad()

@@ -138,6 +138,17 @@ def drop_rows_after_epoch(path: Path, last_epoch: int) -> None:
         tmp.write_text("".join(line + "\n" for line in keep))
 
 
+def read_only_tensor(a: np.ndarray) -> torch.Tensor:
+    """A tensor sharing ``a``'s memory, also when ``a`` is a read-only memory map (a shard's
+    features: they stay paged from the file; nothing writes them), without torch's warning
+    about non-writable arrays."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+        return torch.from_numpy(a)
+
+
 def feature_rows(features: np.ndarray, ids: torch.Tensor) -> torch.Tensor:
     """Rows ``ids`` of a (memory-mapped) float32 feature matrix as a tensor."""
     return torch.from_numpy(np.ascontiguousarray(features[ids.numpy()], dtype=np.float32))

@@ -56,7 +56,7 @@ from gnnflow.distributed.spmm import (
 from gnnflow.errors import ConfigError
 from gnnflow.results.schema import Recorder
 from gnnflow.strategies.base import RankContext
-from gnnflow.strategies.common import seed_everything
+from gnnflow.strategies.common import read_only_tensor, seed_everything
 from gnnflow.strategies.fullbatch_base import (
     FullBatchBase,
     compare_to_reference,
@@ -286,8 +286,8 @@ class FullBatch(FullBatchBase):
         self.tile_nnz = nnz.numpy()
         self.balance = tile_balance(self.tile_nnz)
         self.global_ids = rows.global_ids
-        self.features = torch.from_numpy(rows.features).to(dev)
-        self.set_local_data(torch.from_numpy(rows.labels), *(torch.from_numpy(rows.split_rows[k])
+        self.features = read_only_tensor(rows.features).to(dev)
+        self.set_local_data(read_only_tensor(rows.labels), *(read_only_tensor(rows.split_rows[k])
                                                              for k in ("train", "val", "test")))
         num_classes = int(meta.get("num_classes") or _global_max(int(rows.labels.max(initial=-1)) + 1))
         seed_everything(self.cfg.seed)
