@@ -27,6 +27,8 @@ PARTITIONED = {
     "data": None, "distdgl": None, "split": None, "p3": None, "hec": None, "dgcl": None,
     "fullbatch": {"permute-1d"},
 }
+# Strategies whose ranks must share one host (docs/cluster.md): DGL's servers listen on loopback.
+ONE_HOST = {"distdgl"}
 SWEEPABLE = ("strategy", "dataset", "partition", "model", "workers", "hidden", "num_layers",
              "batch_size", "epochs", "heads", "seed", "lr", "dropout")
 # Keys that take part in a run's name when they vary inside a sweep, with a short label.
@@ -49,6 +51,12 @@ class RunSpec:
     @property
     def workers(self) -> int:
         return int(self.settings.get("workers", 1))
+
+    @property
+    def one_host(self) -> bool:
+        """True when the ranks must share one host: a SLURM job of one node (dgcl's swap planner
+        exchanges through one host's shared memory)."""
+        return self.strategy in ONE_HOST or (self.strategy == "dgcl" and self.options.get("planner") == "swap")
 
     def train_args(self) -> str:
         """``gnnflow train`` flags for everything but graph, partition, out."""
