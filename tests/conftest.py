@@ -60,6 +60,19 @@ def synthetic_graph_book(tmp, num_nodes: int, method: str, num_parts: int) -> tu
     return str(store.path), str(book.path)
 
 
+def unmeasured_records(run_dir) -> list[dict]:
+    """A run directory's records by (epoch, rank), without the columns measured on the machine
+    (``is_measurement``): what two runs of the same config and seed must agree on."""
+    import json
+    from pathlib import Path
+
+    from gnnflow.results.schema import is_measurement
+
+    lines = (Path(run_dir) / "records.jsonl").read_text().splitlines()
+    rows = [{k: v for k, v in json.loads(line).items() if not is_measurement(k)} for line in lines if line.strip()]
+    return sorted(rows, key=lambda r: (r["epoch"], r["rank"]))
+
+
 def results_table(runs: list[dict], epochs: int = 2, ranks: int = 2):
     """A hand-made results table (one row per run × epoch × rank) whose per-run figures are
     exactly the given values once ranks are collapsed (times: slowest rank, counters: summed).

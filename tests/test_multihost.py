@@ -30,10 +30,8 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import synthetic_graph_book
+from conftest import synthetic_graph_book, unmeasured_records
 from simhosts import SimulatedHosts, available
-
-from gnnflow.results.schema import is_measurement
 
 _WHY = available()
 pytestmark = pytest.mark.skipif(_WHY is not None, reason=_WHY or "")
@@ -131,12 +129,6 @@ def _train_args(cluster: Cluster, strategy: str, out: Path | None, k: int | None
     return args + (["--out", str(out)] if out is not None else [])
 
 
-def _records(run_dir: Path) -> list[dict]:
-    rows = [json.loads(line) for line in (run_dir / "records.jsonl").read_text().splitlines() if line.strip()]
-    rows = [{k: v for k, v in r.items() if not is_measurement(k)} for r in rows]
-    return sorted(rows, key=lambda r: (r["epoch"], r["rank"]))
-
-
 # ------------------------------------------------------------------------------------------ verify
 @pytest.mark.parametrize("strategy,extra", [
     ("data", []),
@@ -190,9 +182,9 @@ def test_two_hosts_records_equal_one_host(cluster, strategy, tmp_path):
     for k, (rc, _, err) in enumerate(done):
         assert rc == 0, f"host {k}: rc {rc}\n{err[-3000:]}"
     assert not (run_dirs[1] / "records.jsonl").exists(), "only host 0 (rank 0) writes the run directory"
-    two = _records(run_dirs[0])
+    two = unmeasured_records(run_dirs[0])
     assert len(two) == EPOCHS * WORKERS
-    assert two == _records(one)
+    assert two == unmeasured_records(one)
     print(f"{strategy}: 1 host x 4 ranks {t1 - t0:.1f}s, 2 hosts x 2 ranks {time.monotonic() - t1:.1f}s")
 
 

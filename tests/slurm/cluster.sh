@@ -1,15 +1,23 @@
 #!/usr/bin/env bash
-# Start (or stop) a real single-node Slurm cluster on localhost for the workflow's
-# SLURM test: munge + slurmctld + slurmd from Debian's packages, no accounting daemon.
+# A real Slurm cluster for the workflow's SLURM tests: munge + slurmctld + slurmd
+# from Debian's packages, no accounting daemon.
 #
-#   tests/slurm/cluster.sh start STATE_DIR    # prints nothing on success; exits non-zero with a reason
+#   tests/slurm/cluster.sh start STATE_DIR                  # one node on localhost, daemons started here
+#   tests/slurm/cluster.sh conf STATE_DIR NAME=ADDR...       # nodes NAME at ADDR (the first holds slurmctld):
+#                                                            # munge, slurm.conf and its link; the caller starts
+#       slurmctld -D -f STATE_DIR/slurm.conf                 #   on the first node, and
+#       slurmd -D -f STATE_DIR/slurm.conf -N NAME            #   on each node (Slurm's multiple-slurmd names)
+#   tests/slurm/cluster.sh wait STATE_DIR N                  # until N nodes are idle (where slurmctld is reachable)
 #   tests/slurm/cluster.sh stop STATE_DIR
+#
+# Every command prints nothing on success and exits non-zero with a one-line reason.
 set -euo pipefail
-action=${1:?start|stop}
+action=${1:?start|conf|wait|stop}
 state=${2:?state directory}
+shift 2
 mkdir -p "$state"
 state=$(cd "$state" && pwd)
-host=$(hostname -s)
+conf=$state/slurm.conf
 cpus=$(nproc)
 mem=$(( $(awk '/MemTotal/ {print $2}' /proc/meminfo) / 1024 - 1024 ))
 
@@ -19,53 +27,68 @@ mem=$(( $(awk '/MemTotal/ {print $2}' /proc/meminfo) / 1024 - 1024 ))
 system_conf=/etc/slurm/slurm.conf
 marker="# gnnflow test cluster"
 
+die() { echo "cluster.sh: $*" >&2; exit "${code:-1}"; }
+
 stop() {
-  for f in slurmd slurmctld munged; do
-    [[ -f "$state/$f.pid" ]] && kill "$(cat "$state/$f.pid")" 2>/dev/null || true
+  local f
+  for f in "$state"/slurmd*.pid "$state"/slurmctld.pid "$state"/munged.pid; do
+    [[ -f $f ]] && kill "$(cat "$f")" 2>/dev/null || true
   done
   if [[ -L $system_conf ]] && grep -q "^$marker" "$system_conf" 2>/dev/null; then rm -f "$system_conf"; fi
   sleep 1
 }
 
-if [[ $action == stop ]]; then stop; exit 0; fi
+check_tools() {
+  local exe
+  for exe in munged slurmctld slurmd sbatch squeue; do
+    command -v "$exe" >/dev/null || code=3 die "$exe not found (apt-get install slurmctld slurmd slurm-client munge)"
+  done
+}
 
-for exe in munged slurmctld slurmd sbatch squeue; do
-  command -v "$exe" >/dev/null || { echo "cluster.sh: $exe not found (apt-get install slurmctld slurmd slurm-client munge)" >&2; exit 3; }
-done
-stop
+start_munge() {
+  mkdir -p "$state"/{spool,ctld,log,munge}
+  # munge needs a key readable only by its user (root here); its socket is a file, so
+  # daemons in other network namespaces of this machine reach it too
+  if [[ ! -f "$state/munge/munge.key" ]]; then
+    dd if=/dev/urandom bs=1 count=1024 of="$state/munge/munge.key" 2>/dev/null
+  fi
+  chmod 700 "$state/munge"; chmod 400 "$state/munge/munge.key"
+  munged --force --key-file="$state/munge/munge.key" --socket="$state/munge/munge.socket" \
+         --pid-file="$state/munged.pid" --log-file="$state/log/munged.log" --seed-file="$state/munge/seed"
+}
+
 # free loopback ports, so a cluster left over elsewhere cannot collide with this one
-read -r ctld_port slurmd_port < <(python3 -c 'import socket
+free_ports() {
+  python3 -c 'import socket
 ps = []
 for _ in range(2):
     s = socket.socket(); s.bind(("127.0.0.1", 0)); ps.append(s)
-print(*[s.getsockname()[1] for s in ps])')
-mkdir -p "$state"/{spool,ctld,log,munge,run}
-# munge needs a key readable only by its user (root here) and its own socket dir
-if [[ ! -f "$state/munge/munge.key" ]]; then
-  dd if=/dev/urandom bs=1 count=1024 of="$state/munge/munge.key" 2>/dev/null
-fi
-chmod 700 "$state/munge"; chmod 400 "$state/munge/munge.key"
-munged --force --key-file="$state/munge/munge.key" --socket="$state/munge/munge.socket" \
-       --pid-file="$state/munged.pid" --log-file="$state/log/munged.log" --seed-file="$state/munge/seed"
-if [[ -e $system_conf || -L $system_conf ]] && ! grep -q "^$marker" "$system_conf" 2>/dev/null; then
-  echo "cluster.sh: $system_conf exists and is not the test cluster's; refusing to replace it" >&2
-  exit 5
-fi
-cat >"$state/slurm.conf" <<CONF
+print(*[s.getsockname()[1] for s in ps])'
+}
+
+# write_conf NAME=ADDR...: every node has this machine's CPUs (the nodes share them), so a job of
+# more one-CPU tasks than that spans nodes; %n names each slurmd's files after its node
+write_conf() {
+  local ctld_port slurmd_port first=${1%%=*} first_addr=${1#*=} names=() spec
+  read -r ctld_port slurmd_port < <(free_ports)
+  if [[ -e $system_conf || -L $system_conf ]] && ! grep -q "^$marker" "$system_conf" 2>/dev/null; then
+    code=5 die "$system_conf exists and is not the test cluster's; refusing to replace it"
+  fi
+  cat >"$conf" <<CONF
 $marker ($state)
 ClusterName=gnnflowtest
-SlurmctldHost=$host
+SlurmctldHost=$first($first_addr)
 AuthType=auth/munge
 AuthInfo=socket=$state/munge/munge.socket
 CredType=cred/munge
 SlurmUser=root
 SlurmdUser=root
 StateSaveLocation=$state/ctld
-SlurmdSpoolDir=$state/spool
+SlurmdSpoolDir=$state/spool/%n
 SlurmctldPidFile=$state/slurmctld.pid
-SlurmdPidFile=$state/slurmd.pid
+SlurmdPidFile=$state/slurmd-%n.pid
 SlurmctldLogFile=$state/log/slurmctld.log
-SlurmdLogFile=$state/log/slurmd.log
+SlurmdLogFile=$state/log/slurmd-%n.log
 SlurmctldPort=$ctld_port
 SlurmdPort=$slurmd_port
 ProctrackType=proctrack/linuxproc
@@ -80,17 +103,47 @@ AccountingStorageType=accounting_storage/none
 InactiveLimit=0
 KillWait=5
 MinJobAge=300
-NodeName=$host CPUs=$cpus RealMemory=$mem State=UNKNOWN
-PartitionName=debug Nodes=$host Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES
 CONF
-mkdir -p "$(dirname "$system_conf")"
-ln -sfn "$state/slurm.conf" "$system_conf"
-export SLURM_CONF="$state/slurm.conf"
-slurmctld -f "$SLURM_CONF"
-slurmd -f "$SLURM_CONF"
-for _ in $(seq 1 30); do
-  if sinfo -h -o %T 2>/dev/null | grep -qE "idle|mixed"; then exit 0; fi
-  sleep 1
-done
-echo "cluster.sh: the node did not become idle; see $state/log" >&2
-exit 4
+  for spec in "$@"; do
+    [[ $spec == *=* ]] || die "node '$spec' is not NAME=ADDR"
+    names+=("${spec%%=*}")
+    mkdir -p "$state/spool/${spec%%=*}"
+    echo "NodeName=${spec%%=*} NodeAddr=${spec#*=} CPUs=$cpus RealMemory=$mem State=UNKNOWN" >>"$conf"
+  done
+  local IFS=,
+  echo "PartitionName=debug Nodes=${names[*]} Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES" >>"$conf"
+  mkdir -p "$(dirname "$system_conf")"
+  ln -sfn "$conf" "$system_conf"
+}
+
+# wait_idle N: until N nodes are idle (or mixed)
+wait_idle() {
+  local n=${1:?node count} up
+  for _ in $(seq 1 30); do
+    up=$(SLURM_CONF=$conf sinfo -h -N -o %T 2>/dev/null | grep -cE "idle|mixed" || true)
+    [[ $up -ge $n ]] && return 0
+    sleep 1
+  done
+  code=4 die "$n node(s) did not become idle; see $state/log"
+}
+
+case $action in
+  stop) stop ;;
+  wait) wait_idle "${1:?node count}" ;;
+  conf)
+    [[ $# -ge 1 ]] || die "conf needs at least one NAME=ADDR"
+    check_tools; stop; start_munge; write_conf "$@"
+    # daemons started by `ip netns exec` see a fresh /sys without /sys/fs/cgroup, where slurmd
+    # would detect the cgroup version; v1's plugin starts without it (nothing here confines jobs
+    # with cgroups: proctrack/linuxproc, task/none)
+    echo "CgroupPlugin=cgroup/v1" >"$state/cgroup.conf" ;;
+  start)
+    check_tools; stop; start_munge
+    rm -f "$state/cgroup.conf"
+    host=$(hostname -s)
+    write_conf "$host=$host"
+    slurmctld -f "$conf"
+    slurmd -f "$conf"
+    wait_idle 1 ;;
+  *) die "unknown action '$action' (start|conf|wait|stop)" ;;
+esac

@@ -325,8 +325,8 @@ def _run_external(launcher: str, fn: Callable[..., Any], args: tuple[Any, ...], 
     set_run_address(address)
     # a rank's own helpers (sampler processes) reach the master at the same address
     os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = resolve(master), str(port)
-    log.info("rank %d/%d started by %s, rendezvous %s:%d, talking over %s", rank, world, launcher,
-             master, port, address)
+    log.info("rank %d/%d on host %s (local rank %d) started by %s, rendezvous %s:%d, talking over %s", rank,
+             world, socket.gethostname(), local, launcher, master, port, address)
     bound = None
     if rank == 0 and not agent_store:  # rank 0 holds the store, on the run's interface only
         bound = start_store(address, world, timeout_s, port)
