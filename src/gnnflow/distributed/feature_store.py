@@ -117,6 +117,7 @@ class FeatureStore:
         self.group = group
         self.cache_ids = np.zeros(0, dtype=np.int64)
         self.cache_rows = torch.zeros((0, *table.shape[1:]), dtype=torch.float32)
+        self.cache_slot = np.zeros(0, dtype=np.int32)
 
     # -- requests ----------------------------------------------------------------
     def owners(self, ids: np.ndarray) -> np.ndarray:
@@ -146,12 +147,12 @@ class FeatureStore:
         remote = np.flatnonzero(~local)
         hits = 0
         if remote.size and self.cache_ids.size:
-            cpos = np.searchsorted(self.cache_ids, ids_np[remote])
-            cpos_c = np.minimum(cpos, self.cache_ids.size - 1)
-            hit = self.cache_ids[cpos_c] == ids_np[remote]
+            slot = self.cache_slot[ids_np[remote]]
+            hit = slot >= 0
             hits = int(hit.sum())
-            if hits:
-                out[torch.from_numpy(remote[hit])] = self.cache_rows[torch.from_numpy(cpos_c[hit])]
+            if hits:  # one gather from the cache, one row scatter into the batch
+                rows = torch.index_select(self.cache_rows, 0, torch.from_numpy(slot[hit].astype(np.int64)))
+                out.index_copy_(0, torch.from_numpy(remote[hit]), rows)
             remote = remote[~hit]
         self._exchange(ids_np[remote], owner[remote], out, remote)
         if counters is not None:
@@ -215,5 +216,8 @@ class FeatureStore:
         hot = np.sort(ids[top])
         self.cache_ids = np.zeros(0, dtype=np.int64)
         rows = self.fetch(hot)
-        self.cache_ids, self.cache_rows = hot, rows
+        # vertex -> cache row (-1: not cached): one lookup per requested row, as node_part's
+        slot = np.full(self.node_part.shape[0], -1, dtype=np.int32)
+        slot[hot] = np.arange(hot.shape[0], dtype=np.int32)
+        self.cache_ids, self.cache_rows, self.cache_slot = hot, rows, slot
         return int(hot.shape[0])

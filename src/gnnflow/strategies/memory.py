@@ -41,6 +41,10 @@ the feature dimension, ``H`` the hidden width, ``L`` layers, ``P`` ranks):
   that layer's input width (``torch.zeros`` writes them all at once; the
   default ``cs`` is :func:`hec_cache_lines`, at most ``HEC_CACHE_MIB`` of
   lines) and its int64 tag tables (``8 (3 cs + halo)``);
+* **feature cache** (data-parallel): the hot remote feature rows and their ids,
+  ``(4 F + 8)`` bytes per row for :func:`feature_cache_rows` rows (at most
+  ``FEATURE_CACHE_MIB``, never more than the vertices a rank does not own) and a
+  vertex -> cache row map of ``4 N`` bytes (as ``node_part``);
 * **full-batch / DGCL**: the part's ``Â`` tiles (12 bytes per non-zero), the
   shared buffers of MG-GCN §4.2 (aggregated input, every layer's output, one
   scratch: ``4 n_r (F + sum d_out + max d)``), the received broadcast blocks
@@ -79,6 +83,7 @@ from pathlib import Path
 from typing import Any
 
 from gnnflow.config import option_bool
+from gnnflow.errors import ConfigError
 
 MIB = 1 << 20
 BASE = 290 * MIB  # one rank: interpreter, torch, numpy, gnnflow, gloo (measured on a tiny graph)
@@ -104,6 +109,9 @@ DEFAULT_PIPELINE_MIB = 384
 #: DistGNN-MB §4.4: cs = 1M lines per layer for OGBN-Products (2,449,029 vertices)
 HEC_CS_PER_VERTEX = 1_000_000 / 2_449_029
 HEC_CACHE_MIB = 512  # default budget of a rank's cache lines, all layers (option ``cache_mib``)
+#: default budget of data-parallel's hot remote feature rows per rank (option ``feature_cache_mib``;
+#: products-shaped graph, 4 parts, fanouts 15,10,5: 256 MiB serves about half the remote rows)
+FEATURE_CACHE_MIB = {"data": 256}
 
 #: strategies whose ranks run the shared mini-batch machinery (pipeline, inference)
 MINIBATCH = ("data", "split", "p3", "hec")
@@ -342,6 +350,9 @@ def estimate(cfg: Any, sizes: GraphSizes) -> MemoryEstimate:
                 # torch.zeros writes every line at once, and the tag tables (line_slot, stored_at,
                 # order: cs each; slot_line: one per halo vertex) are filled too
                 t["hec_cache"] = int(sum(4 * cs * d_in for d_in, _ in dims) + 8 * len(dims) * (3 * cs + p.halo))
+            rows = feature_cache_rows(strategy, opts, f_dim, n - p.inner)
+            if rows:  # the cached rows, their sorted ids and the vertex -> cache row map
+                t["feature_cache"] = int(rows * (4 * f_dim + 8) + 4 * n)
             t["batch"] = int(train)
             ev = evaluation_bytes(p, cfg, classes, f_dim)
             if ev > train:  # evaluation runs after training's batches are gone
@@ -394,6 +405,28 @@ def estimate(cfg: Any, sizes: GraphSizes) -> MemoryEstimate:
             t["batch"] = int(pipeline + acts)
         ranks.append(t)
     return MemoryEstimate(strategy=strategy, ranks=ranks, helpers=helpers)
+
+
+def feature_cache_rows(strategy: str, options: dict[str, Any] | None, feature_dim: int, remote: int) -> int:
+    """Rows of the hot remote feature cache a mini-batch rank holds at most: ``options["cache_rows"]``
+    when given, else the rows that fit in ``options["feature_cache_mib"]`` MiB (default
+    :data:`FEATURE_CACHE_MIB` of the strategy, 0 for those without one), never more than the
+    ``remote`` vertices a rank does not own."""
+    opts = dict(options or {})
+    try:
+        if opts.get("cache_rows") is not None:
+            rows = int(opts["cache_rows"])
+        else:
+            mib = float(opts.get("feature_cache_mib", FEATURE_CACHE_MIB.get(strategy, 0)))
+            if mib < 0:
+                raise ValueError(mib)
+            rows = int(mib * MIB // (4 * max(1, feature_dim) + 8))
+    except (TypeError, ValueError):
+        raise ConfigError("options cache_rows / feature_cache_mib: a count of rows / a number of MiB, "
+                          f"got {opts.get('cache_rows')!r} / {opts.get('feature_cache_mib')!r}") from None
+    if rows < 0:
+        raise ConfigError(f"options.cache_rows: a count of rows, got {rows}")
+    return max(0, min(rows, int(remote)))
 
 
 def hec_cache_lines(num_nodes: int, halo: int, widths: list[int], options: dict[str, Any] | None = None) -> int:
