@@ -21,6 +21,7 @@ from torch import nn
 
 from gnnflow.config import AGGREGATORS, TrainConfig
 from gnnflow.errors import ConfigError
+from gnnflow.nn.dropout import Dropout
 from gnnflow.nn.gat import GATConv
 from gnnflow.nn.gcn import GCNConv
 from gnnflow.nn.sage import SAGEConv
@@ -63,8 +64,8 @@ class GNN(nn.Module):
         if activation not in ACTIVATIONS:
             raise ConfigError(f"activation: unknown {activation!r}; choose one of {', '.join(ACTIVATIONS)}")
         self.layers = nn.ModuleList(layers)
-        self.dropout = nn.Dropout(dropout)
-        self.input_dropout = nn.Dropout(input_dropout)
+        self.dropout = Dropout(dropout)
+        self.input_dropout = Dropout(input_dropout)
         self.activation = activation
         self.head_reduce = head_reduce
 
@@ -99,7 +100,10 @@ class GNN(nn.Module):
         if self.head_reduce:
             h = h.mean(1) if last else h.flatten(1)
         if not last:
-            h = self.dropout(ACTIVATIONS[self.activation](h))
+            if self.activation == "relu":  # fused into the dropout mask (gnnflow.nn.dropout)
+                h = self.dropout(h, relu=True)
+            else:
+                h = self.dropout(ACTIVATIONS[self.activation](h))
         return h
 
     def forward(self, blocks: Sequence[Block], x: torch.Tensor) -> torch.Tensor:
