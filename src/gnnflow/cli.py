@@ -55,7 +55,24 @@ def _version() -> str:
     return __version__
 
 
+def _exec_with_huge_pages() -> None:
+    """Start this command again with glibc's huge-page tunable in the environment (glibc reads it
+    at process start; see :func:`gnnflow.distributed.processes.with_huge_pages`): a rank that
+    torchrun or srun started, or a one-process run, trains in this very process."""
+    import os
+
+    from gnnflow.distributed.processes import with_huge_pages
+
+    env = with_huge_pages(dict(os.environ))
+    if env is not None:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.execve(sys.executable, [sys.executable, "-P", "-m", "gnnflow.cli", *sys.argv[1:]], env)
+
+
 def main(argv: list[str] | None = None) -> int:
+    if argv is None:  # the command line (not a call from Python, e.g. a test)
+        _exec_with_huge_pages()
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
     # Parse only the global part; the subcommand's module parses the rest.
