@@ -26,7 +26,12 @@ waiting for the next batch, forward/backward, gradient all-reduce, optimizer
 step; DistDGL: the data loader's ``next`` (sampling, or waiting on its
 sampler processes), the remote feature pull, forward/backward with DDP's
 all-reduce, step), the unaccounted rest as ``other``, and beside it the
-stages that overlapped training (our pipeline's sampling and loading threads).
+stages that overlapped training (our pipeline's sampling and loading threads),
+then CPU seconds: what the rank's whole process tree used in the epoch
+(``all``: for DistDGL its trainer, its DGL server and sampler processes) and,
+for ours, each stage's thread (``sample``, ``load``, ``forward_backward``).
+With more ranks than cores the epoch is about the ranks' CPU seconds over the
+cores, so the CPU column says where a shared host's time goes.
 
 Each rank gets ``--threads`` torch threads (default 1; DGL's servers and
 sampler processes run with one OMP thread each), so P ranks fit the cores.
@@ -70,6 +75,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0)
 
 
+def tree_cpu_s() -> float:
+    """CPU seconds (user + system) of this process and every live descendant: a rank's threads,
+    and for the DistDGL peer also its DGL server and sampler processes."""
+    import psutil
+
+    me = psutil.Process()
+    total = 0.0
+    for p in [me, *me.children(recursive=True)]:
+        try:
+            t = p.cpu_times()
+            total += t.user + t.system
+        except psutil.Error:  # gone meanwhile
+            pass
+    return total
+
+
 def train_and_time(ctx: Any, strategy: str, cfg_dict: dict[str, Any], threads: int) -> dict[str, Any]:
     """Prepare ``strategy`` on this rank, run every epoch timing each, evaluate once."""
     from gnnflow.config import TrainConfig
@@ -85,10 +106,10 @@ def train_and_time(ctx: Any, strategy: str, cfg_dict: dict[str, Any], threads: i
     epochs, breakdown, iterations, extra = [], [], [], {}
     for e in range(cfg.epochs):
         rec = Recorder()
-        t = time.perf_counter()
+        t, c = time.perf_counter(), tree_cpu_s()
         s.run_epoch(e, rec)
         epochs.append(time.perf_counter() - t)
-        breakdown.append(dict(rec.times))
+        breakdown.append(dict(rec.times, cpu=tree_cpu_s() - c))
         iterations.append(int(rec.counters.get("iterations", 0)))
         extra = dict(rec.extra)
     accs = s.evaluate()
@@ -112,14 +133,20 @@ def stage_profile(times: dict[str, float], epoch_s: float, critical: tuple[str, 
     as ``background``; seconds per epoch."""
     on_path = {k: float(times.get(k, 0.0)) for k in critical}
     on_path["other"] = max(0.0, epoch_s - sum(on_path.values()))
-    background = {k: float(v) for k, v in times.items() if k not in critical}
-    return {"epoch_s": epoch_s, "critical": on_path, "background": background}
+    cpu = {k[: -len("_cpu")]: float(v) for k, v in times.items() if k.endswith("_cpu")}
+    if "cpu" in times:
+        cpu["all"] = float(times["cpu"])
+    background = {k: float(v) for k, v in times.items() if k not in critical and k not in ("cpu",)
+                  and not k.endswith("_cpu")}
+    return {"epoch_s": epoch_s, "critical": on_path, "background": background, "cpu": cpu}
 
 
 def format_profile(name: str, profile: dict[str, Any]) -> str:
     crit = ", ".join(f"{k} {v:.3f}" for k, v in profile["critical"].items())
     back = ", ".join(f"{k} {v:.3f}" for k, v in sorted(profile["background"].items()))
-    return f"  {name}: epoch {profile['epoch_s']:.3f} s = {crit}" + (f"; beside it: {back}" if back else "")
+    cpu = ", ".join(f"{k} {v:.1f}" for k, v in sorted(profile.get("cpu", {}).items()))
+    return (f"  {name}: epoch {profile['epoch_s']:.3f} s = {crit}" + (f"; beside it: {back}" if back else "")
+            + (f"; CPU s: {cpu}" if cpu else ""))
 
 
 def _run_system(strategy: str, cfg_dict: dict[str, Any], args: Any) -> dict[str, Any]:

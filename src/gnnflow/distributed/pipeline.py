@@ -289,9 +289,10 @@ class MiniBatchPipeline:
 
     @staticmethod
     def _apply(name: str, fn: Stage, mb: MiniBatch) -> MiniBatch:
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.thread_time()
         res = fn(mb)
         mb.times[name] = mb.times.get(name, 0.0) + time.perf_counter() - t
+        mb.times[name + "_cpu"] = mb.times.get(name + "_cpu", 0.0) + time.thread_time() - c
         return res if res is not None else mb
 
     def _put(self, q: queue.Queue[Any], item: Any) -> None:

@@ -69,6 +69,10 @@ COLUMNS: dict[str, Quantity] = {
     "time_step": Quantity("optimizer step time", _S, "seconds"),
     "time_eval": Quantity("evaluation time", _S, "seconds"),
     "time_device_copy": Quantity("host-to-device copy time", _S, "seconds"),
+    # CPU seconds of the thread that ran a stage (a pipelined stage's thread shares the cores)
+    "time_sample_cpu": Quantity("sampling CPU time", _S, "seconds"),
+    "time_load_cpu": Quantity("feature loading CPU time", _S, "seconds"),
+    "time_forward_backward_cpu": Quantity("forward + backward CPU time", _S, "seconds"),
     # counters: totals over the epoch, summed over ranks
     "iterations": Quantity("iterations", _PER_EPOCH),
     "sampled_edges": Quantity("edges computed", _PER_EPOCH),

@@ -37,8 +37,10 @@ returns the same global accuracies.
 Options (``cfg.options``): ``pipeline`` (bool, default true),
 ``capacities`` ("25,5,1"), ``pipeline_mib`` (256: MiB the batches in flight may
 hold), ``replicate_structure`` (false), ``two_level``
-(true), ``cache_rows`` (0: rows of hot remote features cached, chosen from
-``presample_batches`` (8) presampled batches), ``ddp`` (false).  The model
+(true), ``cache_rows`` (rows of hot remote features cached, chosen from
+``presample_batches`` (8) presampled batches; default: the rows that fit in
+``feature_cache_mib``, 256 MiB for ``data`` and 0 for the strategies built on
+it, :data:`gnnflow.strategies.memory.FEATURE_CACHE_MIB`), ``ddp`` (false).  The model
 settings ``self_loops`` (the part becomes its share of A + I) and ``gcn_degrees``
 ("graph": GCN blocks carry whole-graph degrees, fetched with the features;
 "block": the block's own) are applied here as in every strategy.
@@ -62,6 +64,7 @@ None from its builder.  ``self.part``, ``self.book``, ``self.node_part``,
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -154,7 +157,9 @@ class MiniBatchStrategy(Strategy):
             raise ConfigError(f"options.pipeline_mib: a positive number of MiB, got {self.pipeline_mib}")
         self.replicate_structure = option_bool(opts.get("replicate_structure", False))
         self.two_level = option_bool(opts.get("two_level", True))
-        self.cache_rows = int(opts.get("cache_rows", 0))
+        # rows of the hot remote feature cache: cache_rows, or what fits in feature_cache_mib
+        # (default per strategy: memory.FEATURE_CACHE_MIB), capped by the remote vertices in prepare
+        self.cache_rows = opts.get("cache_rows")
         self.presample_batches = int(opts.get("presample_batches", 8))
         self.use_ddp = option_bool(opts.get("ddp", False))
         # "process": the shared sample/load stages in a sampler process per rank (faster on a CPU host,
@@ -225,8 +230,13 @@ class MiniBatchStrategy(Strategy):
         self.feature_store = self.build_feature_store(self.groups["load"])
         if cfg.graph_degrees:
             self.prepare_degrees()
-        if self.cache_rows > 0 and self.feature_store is not None:
-            self._build_cache()
+        if self.feature_store is not None and size > 1:
+            from gnnflow.strategies.memory import feature_cache_rows
+
+            self.cache_rows = feature_cache_rows(self.name, self.opts, self.in_dim,
+                                                 int(self.node_part.shape[0]) - self.part.num_inner)
+            if self.cache_rows > 0:
+                self._build_cache()
 
     def local_targets(self) -> tuple[np.ndarray, np.ndarray]:
         """Sorted training vertex ids this rank draws targets from, with their labels."""
@@ -433,6 +443,7 @@ class MiniBatchStrategy(Strategy):
         """forward/backward -> gradient all-reduce -> step; returns the local mean CE."""
         assert self.optimizer is not None and self.model is not None
         self.model.train()
+        cpu = time.thread_time()
         with rec.timer("forward_backward"):
             self.optimizer.zero_grad(set_to_none=False)
             loss = self.compute_loss(mb, rec)
@@ -441,6 +452,7 @@ class MiniBatchStrategy(Strategy):
                     loss.backward()
             else:
                 loss.backward()
+        rec.add_time("forward_backward_cpu", time.thread_time() - cpu)
         with rec.timer("allreduce"):
             self.reduce_gradients(rec)
         with rec.timer("step"):
@@ -466,7 +478,8 @@ class MiniBatchStrategy(Strategy):
                 mb = self.pipeline.get()
             if mb.epoch != epoch:
                 raise ConfigError(f"pipeline delivered a batch of epoch {mb.epoch} during epoch {epoch}")
-            for name in ("sample", "load", "wait"):
+            # the stages' seconds, and the CPU seconds of the threads that ran them
+            for name in ("sample", "load", "wait", "sample_cpu", "load_cpu"):
                 rec.add_time(name, mb.times.get(name, 0.0))
             rec.add_time("device_copy", mb.times.get("device", 0.0))
             for k, v in mb.counters.items():
