@@ -133,3 +133,31 @@ def test_distdgl_layerwise_evaluation_equals_the_whole_graph_forward(tmp_path):
     for k in ("train", "val", "test"):
         assert getattr(got, f"{k}_loss") == pytest.approx(want[f"{k}_loss"], rel=1e-5), k
         assert getattr(got, f"{k}_acc") == pytest.approx(want[f"{k}_acc"], abs=1.5 / len(s.split(k))), k
+
+
+@pytest.mark.slow
+def test_distdgl_seeded_sampling_repeats_a_run(tmp_path):
+    """Patch 3 (``seeded_sampling``, default on): DGL's draws are a function of each sampling
+    request, not of the order requests reach a server, so two runs of the peer (2 trainers,
+    each with its sampler process, both sampling from both servers) write the same records,
+    losses and accuracies included.  Without the patch two such runs differ (docs/cluster.md)."""
+    from gnnflow.config import TrainConfig
+    from gnnflow.data.synthetic import prepare_synthetic
+    from gnnflow.partition.api import partition_graph
+    from gnnflow.strategies.distdgl import request_seed
+    from gnnflow.strategies.driver import run_training
+    from tests.conftest import unmeasured_records
+
+    store = prepare_synthetic(tmp_path / "graph", num_nodes=4096)
+    book = partition_graph(store.path, "metis", 2, tmp_path / "book", seed=0)
+    runs = []
+    for k in range(2):
+        run_training(TrainConfig(graph=str(store.path), strategy="distdgl", partition=str(book.path), workers=2,
+                                 epochs=2, batch_size=256, fanouts=[5, 5], out=str(tmp_path / str(k) / "cmp")))
+        runs.append(unmeasured_records(tmp_path / str(k) / "cmp"))
+    assert len(runs[0]) == 4 and all(r["sampled_edges"] > 0 for r in runs[0])
+    assert runs[0] == runs[1]
+    # the seed is the request's, whoever serves it: same ids -> same seed, any change -> another
+    assert request_seed(0, [3, 1, 2], 5) == request_seed(0, [3, 1, 2], 5)
+    assert len({request_seed(0, [3, 1, 2], 5), request_seed(0, [1, 2, 3], 5), request_seed(1, [3, 1, 2], 5),
+                request_seed(0, [3, 1, 2], 10)}) == 4
