@@ -191,10 +191,9 @@ def test_two_hosts_records_equal_one_host(cluster, strategy, tmp_path):
 @pytest.mark.slow
 def test_distdgl_peer_across_two_hosts(cluster, tmp_path):
     """The DistDGL peer on 2 hosts x 2 ranks, each host holding only its staged parts and their
-    DGL layout: every rank serves its part on its host's address, the run ends rc 0 with the
-    iterations per epoch of a 1-host x 4-rank run and an accuracy close to it.  Not equal
-    records: DGL samples on its servers with unseeded streams, consumed in the order requests
-    arrive, so two runs of the peer differ even on one host (docs/cluster.md)."""
+    DGL layout: every rank serves its part on its host's address, the run ends rc 0, and its
+    records equal a 1-host x 4-rank run's (the peer's seeded sampling requests, patch 3 of
+    gnnflow.strategies.distdgl: DGL's draws depend on the request, not on where it is served)."""
     one = tmp_path / "one" / "cmp"
     ref = subprocess.run([sys.executable, "-m", "gnnflow.cli", *_train_args(cluster, "distdgl", one, None)],
                          capture_output=True, text=True, timeout=400)
@@ -216,8 +215,7 @@ def test_distdgl_peer_across_two_hosts(cluster, tmp_path):
     assert not any(_alive(cluster, k) for k in range(NODES))
     two, ref_rows = unmeasured_records(run_dirs[0]), unmeasured_records(one)
     assert len(two) == len(ref_rows) == EPOCHS * WORKERS
-    assert [r["iterations"] for r in two] == [r["iterations"] for r in ref_rows]
-    assert abs(two[-1]["test_acc"] - ref_rows[-1]["test_acc"]) < 0.1, (two[-1]["test_acc"], ref_rows[-1]["test_acc"])
+    assert two == ref_rows
     assert not (cluster.hosts.dirs[1] / "data-dgl" / "book.dgl" / "part0").exists()  # host 1: its parts only
 
 

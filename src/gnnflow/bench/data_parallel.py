@@ -144,7 +144,7 @@ def stage_profile(times: dict[str, float], epoch_s: float, critical: tuple[str, 
 def format_profile(name: str, profile: dict[str, Any]) -> str:
     crit = ", ".join(f"{k} {v:.3f}" for k, v in profile["critical"].items())
     back = ", ".join(f"{k} {v:.3f}" for k, v in sorted(profile["background"].items()))
-    cpu = ", ".join(f"{k} {v:.1f}" for k, v in sorted(profile.get("cpu", {}).items()))
+    cpu = ", ".join(f"{k} {v:.3g}" for k, v in sorted(profile.get("cpu", {}).items()))
     return (f"  {name}: epoch {profile['epoch_s']:.3f} s = {crit}" + (f"; beside it: {back}" if back else "")
             + (f"; CPU s: {cpu}" if cpu else ""))
 
