@@ -64,8 +64,11 @@ after one epoch).  With ``options.seeded_sampling`` (default true) every
 process of the run wraps ``graph_services._sample_neighbors`` (the one function
 that samples, for a server's requests and for the local partition alike) so
 that it first seeds DGL's engine with a hash of the run's seed, the fanout
-and the request's seed vertices (:func:`request_seed`).  The draws are then a
-function of the request, not of arrival order: the peer's records repeat, and
+and the request's seed vertices (:func:`request_seed`) and samples with one
+OpenMP thread (DGL gives each thread its own engine and a share of the rows,
+so otherwise the draws would depend on the process's thread count, which
+differs between a 1-host run and ranks started by srun).  The draws are then a
+function of the request, not of arrival order or threads: the peer's records repeat, and
 a 2-host run's equal a 1-host run's.  This is our deviation from DGL, which
 leaves its streams unseeded; it costs one hash of the request's ids and an
 engine reseed per request (``seeded_sampling=false`` restores DGL's
@@ -161,8 +164,17 @@ def _patch_seeded_sampling(base: int) -> None:
     original = graph_services._sample_neighbors
 
     def _sample_neighbors(local_g: Any, partition_book: Any, seed_nodes: Any, fan_out: Any, *args: Any) -> Any:
-        dgl.random.seed(request_seed(base, seed_nodes, fan_out))
-        return original(local_g, partition_book, seed_nodes, fan_out, *args)
+        # one OpenMP thread: DGL splits rows among its threads, each drawing from its own engine,
+        # so the draws would depend on how many threads the sampling process runs
+        threads = dgl.utils.get_num_threads()
+        if threads != 1:
+            dgl.utils.set_num_threads(1)
+        try:
+            dgl.random.seed(request_seed(base, seed_nodes, fan_out))
+            return original(local_g, partition_book, seed_nodes, fan_out, *args)
+        finally:
+            if threads != 1:
+                dgl.utils.set_num_threads(threads)
 
     graph_services._sample_neighbors = _sample_neighbors
     graph_services._gnnflow_seeded = True
