@@ -57,17 +57,18 @@ def _version() -> str:
 
 def _exec_with_huge_pages() -> None:
     """Start this command again with glibc's huge-page tunable in the environment (glibc reads it
-    at process start; see :func:`gnnflow.distributed.processes.with_huge_pages`): a rank that
+    at process start; see :func:`gnnflow.distributed.processes.huge_page_tunables`): a rank that
     torchrun or srun started, or a one-process run, trains in this very process."""
     import os
 
-    from gnnflow.distributed.processes import with_huge_pages
+    from gnnflow.distributed.processes import TUNABLES_ENV, huge_page_tunables
 
-    env = with_huge_pages(dict(os.environ))
-    if env is not None:
+    tunables = huge_page_tunables(os.environ)
+    if tunables is not None:
         sys.stdout.flush()
         sys.stderr.flush()
-        os.execve(sys.executable, [sys.executable, "-P", "-m", "gnnflow.cli", *sys.argv[1:]], env)
+        os.execve(sys.executable, [sys.executable, "-P", "-m", "gnnflow.cli", *sys.argv[1:]],
+                  dict(os.environ, **{TUNABLES_ENV: tunables}))
 
 
 def main(argv: list[str] | None = None) -> int:

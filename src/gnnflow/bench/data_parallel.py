@@ -136,7 +136,7 @@ def stage_profile(times: dict[str, float], epoch_s: float, critical: tuple[str, 
     cpu = {k[: -len("_cpu")]: float(v) for k, v in times.items() if k.endswith("_cpu")}
     if "cpu" in times:
         cpu["all"] = float(times["cpu"])
-    background = {k: float(v) for k, v in times.items() if k not in critical and k not in ("cpu",)
+    background = {k: float(v) for k, v in times.items() if k not in critical and k != "cpu"
                   and not k.endswith("_cpu")}
     return {"epoch_s": epoch_s, "critical": on_path, "background": background, "cpu": cpu}
 

@@ -83,10 +83,11 @@ from gnnflow.distributed.processes import (
     TAG_ENV,
     TUNABLES_ENV,
     die_with_parent,
+    environ_set,
+    huge_page_tunables,
     new_run_tag,
     remove_run_shm,
     tune_allocator,
-    with_huge_pages,
 )
 from gnnflow.distributed.watchdog import Heartbeat, HeartbeatMonitor
 from gnnflow.errors import ConfigError, DistributedError, Terminated
@@ -373,15 +374,9 @@ def _quiet_resource_tracker() -> None:
     warns about them after the run's error line, which would bury the line that names the rank."""
     from multiprocessing import resource_tracker
 
-    saved = os.environ.get("PYTHONWARNINGS")
-    os.environ["PYTHONWARNINGS"] = ",".join(filter(None, [saved, "ignore:resource_tracker:UserWarning"]))
-    try:
+    quiet = ",".join(filter(None, [os.environ.get("PYTHONWARNINGS"), "ignore:resource_tracker:UserWarning"]))
+    with environ_set("PYTHONWARNINGS", quiet):
         resource_tracker.ensure_running()
-    finally:
-        if saved is None:
-            os.environ.pop("PYTHONWARNINGS")
-        else:
-            os.environ["PYTHONWARNINGS"] = saved
 
 
 def _result_key(rank: int) -> str:
@@ -413,16 +408,13 @@ def _spawn_local(fn: Callable[..., Any], world_size: int, args: tuple[Any, ...],
         log.info("host %d of %d: ranks %d..%d of %d, store %s:%d, talking over %s", spec.node_rank, spec.nnodes,
                  ranks[0], ranks[-1], world_size, store_addr, port, address)
     tag = os.environ[TAG_ENV] = new_run_tag()  # shared memory named after this run on this host
-    huge = with_huge_pages(dict(os.environ))  # the ranks' glibc backs big buffers with huge pages
-    saved_tunables = os.environ.get(TUNABLES_ENV)
-    if huge is not None:
-        os.environ[TUNABLES_ENV] = huge[TUNABLES_ENV]
     monitor = HeartbeatMonitor(store, world_size)
     threads = threads_per_rank or max(1, (os.cpu_count() or 1) // len(ranks))
     procs: list[Any] = []
     conns: list[Any] = []
     try:
-        with _StopSignals():
+        # the ranks' glibc backs big buffers with huge pages (read at their start)
+        with _StopSignals(), environ_set(TUNABLES_ENV, huge_page_tunables(os.environ)):
             for local, rank in enumerate(ranks):
                 parent, child = ctx.Pipe(duplex=False)
                 p = ctx.Process(
@@ -438,11 +430,6 @@ def _spawn_local(fn: Callable[..., Any], world_size: int, args: tuple[Any, ...],
                 conns.append(parent)
             return _Watch(procs, conns, monitor, list(ranks), world_size, spec).run(timeout_s)
     finally:
-        if huge is not None:  # the launcher's own environment as it was
-            if saved_tunables is None:
-                os.environ.pop(TUNABLES_ENV, None)
-            else:
-                os.environ[TUNABLES_ENV] = saved_tunables
         _terminate(procs)
         if bound is not None:
             bound.close()

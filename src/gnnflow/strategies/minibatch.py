@@ -99,6 +99,7 @@ from gnnflow.errors import ConfigError
 from gnnflow.io import ticking
 from gnnflow.results.schema import Recorder
 from gnnflow.strategies.base import RankContext, Strategy
+from gnnflow.strategies.memory import feature_cache_rows
 
 if TYPE_CHECKING:
     from gnnflow.distributed.sampler_process import SamplerProcess
@@ -158,8 +159,10 @@ class MiniBatchStrategy(Strategy):
         self.replicate_structure = option_bool(opts.get("replicate_structure", False))
         self.two_level = option_bool(opts.get("two_level", True))
         # rows of the hot remote feature cache: cache_rows, or what fits in feature_cache_mib
-        # (default per strategy: memory.FEATURE_CACHE_MIB), capped by the remote vertices in prepare
-        self.cache_rows = opts.get("cache_rows")
+        # (default per strategy: memory.FEATURE_CACHE_MIB), capped by the remote vertices in
+        # prepare; a bad value fails here, on one rank as on many
+        feature_cache_rows(self.name, opts, 1, 0)
+        self.cache_rows = 0
         self.presample_batches = int(opts.get("presample_batches", 8))
         self.use_ddp = option_bool(opts.get("ddp", False))
         # "process": the shared sample/load stages in a sampler process per rank (faster on a CPU host,
@@ -231,8 +234,6 @@ class MiniBatchStrategy(Strategy):
         if cfg.graph_degrees:
             self.prepare_degrees()
         if self.feature_store is not None and size > 1:
-            from gnnflow.strategies.memory import feature_cache_rows
-
             self.cache_rows = feature_cache_rows(self.name, self.opts, self.in_dim,
                                                  int(self.node_part.shape[0]) - self.part.num_inner)
             if self.cache_rows > 0:
