@@ -42,6 +42,7 @@ SITES = {
     "gnnflow.distributed.comm:part_degrees": HOST,
     "gnnflow.distributed.feature_store:FeatureStore._exchange": HOST,
     "gnnflow.distributed.dist_sampler:DistNeighborSampler.sample_neighbors": HOST,
+    "gnnflow.distributed.dist_sampler:DistNeighborSampler._reply": HOST,
     "gnnflow.distributed.split_sampling:sp_sample": HOST,
     "gnnflow.distributed.aep:exchange_halo_ids": HOST,
     "gnnflow.distributed.inference:_rounds": HOST,

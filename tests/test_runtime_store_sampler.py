@@ -121,3 +121,84 @@ def test_replicate_structure_uses_full_csr(tiny_book):
     book_path, _ = tiny_book
     res = run_ranks(_replicate_rank, 3, book_path, timeout_s=60)
     assert all(name == "NeighborSampler" and n > 0 for name, n in res)
+
+
+def _own_targets_rank(ctx, book_path, fanouts):
+    from gnnflow.distributed.comm import CommStats
+    from gnnflow.distributed.dist_sampler import DistNeighborSampler
+    from gnnflow.errors import ConfigError
+    from gnnflow.partition.book import PartitionBook
+
+    book = PartitionBook.open(book_path)
+    part = book.load_part(ctx.rank)
+    targets = np.sort(np.asarray(part.train_idx[:6]))
+    out = {"targets": targets}
+    for name, own in (("own", True), ("exchange", False)):
+        stats = CommStats(ctx.world_size)
+        s = DistNeighborSampler(part, book.node_part, fanouts, seed=5, stats=stats, own_targets=own).at(2, 3)
+        out[name] = [(b.dst_ids.numpy(), b.src_ids.numpy(), b.indptr.numpy(), b.src_ids[b.indices].numpy())
+                     for b in s.sample_blocks(targets)]
+        out[name + "_calls"] = stats.calls
+    # every rank passes a vertex of the next part as a target: each fails before any exchange
+    foreign = np.asarray(book.load_part((ctx.rank + 1) % ctx.world_size).inner_ids[:1])
+    try:
+        DistNeighborSampler(part, book.node_part, fanouts, seed=5, own_targets=True).sample_blocks(foreign)
+        out["error"] = None
+    except ConfigError as e:
+        out["error"] = str(e)
+    return out
+
+
+@pytest.mark.parametrize("fanouts", [[3, 3], [-1, 2]])
+def test_own_targets_skip_the_first_exchange_and_sample_the_same(tiny_book, fanouts):
+    """``own_targets``: the first hop makes no exchange, and the blocks equal both the exchanging
+    sampler's and the whole-graph sampler's (draws depend on seed, batch, layer and vertex only);
+    bounded fanouts reply in one slot exchange, full ones in two."""
+    from gnnflow.data.store import open_store
+    from gnnflow.sampling import NeighborSampler
+
+    book_path, graph_path = tiny_book
+    g = open_store(graph_path)
+    results = run_ranks(_own_targets_rank, 3, book_path, fanouts, timeout_s=60)
+    for rank, r in enumerate(results):
+        expect = NeighborSampler(g.indptr, g.indices, fanouts, seed=5).at(2, 3).sample_blocks(r["targets"])
+        for got in (r["own"], r["exchange"]):
+            for b, (dst, src, indptr, edge_src) in zip(expect, got, strict=True):
+                np.testing.assert_array_equal(b.dst_ids.numpy(), dst)
+                np.testing.assert_array_equal(b.src_ids.numpy(), src)
+                np.testing.assert_array_equal(b.indptr.numpy(), indptr)
+                np.testing.assert_array_equal(b.src_ids[b.indices].numpy(), edge_src)
+        # payload exchanges per hop (layer 1 first): the request ids, then one reply slot, or counts
+        # and sources with full neighbourhoods
+        hop = [1 + (1 if f > 0 else 2) for f in fanouts]
+        assert r["exchange_calls"] == hop[1] + hop[0]
+        assert r["own_calls"] == hop[0]  # the targets' hop made none
+        assert r["error"] is not None and f"rank {rank} got targets it does not own" in r["error"]
+
+
+def _rounds_rank(ctx, book_path):
+    import gnnflow.distributed.feature_store as fs_mod
+    from gnnflow.distributed.comm import CommStats
+    from gnnflow.partition.book import PartitionBook
+
+    book = PartitionBook.open(book_path)
+    part = book.load_part(ctx.rank)
+    stats = CommStats(ctx.world_size)
+    store = fs_mod.FeatureStore(part, book.node_part, stats=stats)
+    fs_mod.EXCHANGE_BYTES = 3 * 4 * store.dim  # rounds of about 3 rows
+    ids = np.random.default_rng(ctx.rank).integers(0, book.num_nodes, 5 + 20 * ctx.rank)
+    return ids, store.fetch(ids).numpy(), stats.calls
+
+
+def test_feature_rows_in_rounds_every_rank_agrees(tiny_book):
+    """Ranks request very different numbers of rows; each derives the same number of rounds from
+    the request matrix (a disagreement would hang the exchange) and gets its rows right."""
+    from gnnflow.data.store import open_store
+
+    book_path, graph_path = tiny_book
+    feats = np.asarray(open_store(graph_path).features)
+    res = run_ranks(_rounds_rank, 3, book_path, timeout_s=60)
+    for ids, rows, _ in res:
+        np.testing.assert_array_equal(rows, feats[ids])
+    calls = {c for _, _, c in res}
+    assert len(calls) == 1 and calls.pop() > 4  # the id exchange and several rounds, the same on every rank

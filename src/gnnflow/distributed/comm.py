@@ -1,7 +1,9 @@
 """Collective primitives every distributed strategy shares.
 
 * :func:`alltoallv` — each rank sends a variable number of rows to every peer
-  (one ``all_to_all_single`` for the counts, one for the rows).
+  (one ``all_to_all_single`` for the counts, one for the rows); :func:`alltoall_slots`
+  does it in one when both sides know a bound, :func:`count_matrix` tells every rank
+  the whole traffic matrix.
 * :class:`AllToAllRows` — the same exchange as an autograd function: forward
   sends rows along the send lists, backward sends the gradients back along the
   same paths (the per-layer shuffle of split parallelism, GSplit §5).
@@ -141,6 +143,63 @@ def exchange_counts(counts: list[int] | torch.Tensor, group: Any = None) -> list
     return recv.tolist()
 
 
+def count_matrix(counts: list[int] | torch.Tensor, group: Any = None) -> np.ndarray:
+    """Every rank's ``counts`` (one per peer): ``m[q, p]`` = what rank q sends rank p.  One all-gather.
+
+    Where :func:`exchange_counts` tells a rank only what comes to it, this tells every rank the
+    whole traffic matrix, so decisions that must agree (e.g. the rounds of
+    :func:`exchange_rows_in_rounds`) need no further collective.
+    """
+    _, size = world(group)
+    send = torch.as_tensor(counts, dtype=torch.int64).reshape(size)
+    if size == 1:
+        return send.numpy().reshape(1, 1).copy()
+    rows = [torch.empty_like(send) for _ in range(size)]
+    all_gather(rows, send, HOST, group)
+    return torch.stack(rows).numpy()
+
+
+def alltoall_slots(
+    send: list[torch.Tensor],
+    send_slots: list[int],
+    recv_slots: list[int],
+    stats: CommStats | None = None,
+    group: Any = None,
+    *,
+    kind: str,
+) -> list[torch.Tensor]:
+    """Send ``send[p]`` (at most ``send_slots[p]`` rows) to rank p in a slot of ``send_slots[p]``
+    rows; return the ``recv_slots[p]``-row slot from each peer (unfilled rows are zero).
+
+    One collective where :func:`alltoallv` needs two: both sides know the slot sizes in advance
+    (e.g. an upper bound on a reply) and the payload itself says how much of its slot it fills.
+    ``stats`` counts the slots, i.e. the bytes that travel.
+    """
+    _, size = world(group)
+    if size == 1:
+        return list(send)
+    if len(send) != size:
+        raise ValueError(f"alltoall_slots needs one tensor per rank ({size}), got {len(send)}")
+    ref = send[0]
+    tail = tuple(ref.shape[1:])
+    flat = torch.zeros((sum(send_slots), *tail), dtype=ref.dtype, device=ref.device)
+    at = 0
+    for t, slot in zip(send, send_slots, strict=True):
+        n = int(t.shape[0])
+        if n > slot:
+            raise ValueError(f"alltoall_slots: {n} rows for a slot of {slot}")
+        flat[at:at + n] = t
+        at += slot
+    recv = torch.empty((sum(recv_slots), *tail), dtype=ref.dtype, device=ref.device)
+    note_progress()
+    all_to_all_single(recv, flat, kind, group, output_split_sizes=list(recv_slots),
+                      input_split_sizes=list(send_slots))
+    if stats is not None:
+        row_bytes = ref.element_size() * (int(np.prod(tail)) if tail else 1)
+        stats.add([c * row_bytes for c in send_slots], [c * row_bytes for c in recv_slots])
+    return list(torch.split(recv, list(recv_slots), 0))
+
+
 class PendingAllToAll:
     """A started variable-size all-to-all; :meth:`wait` returns the rows from each peer."""
 
@@ -219,6 +278,7 @@ def exchange_rows_in_rounds(
     max_bytes: int,
     stats: CommStats | None = None,
     group: Any = None,
+    matrix: np.ndarray | None = None,
 ) -> int:
     """An all-to-all of rows in rounds of at most ~``max_bytes`` sent and received per rank.
 
@@ -228,16 +288,22 @@ def exchange_rows_in_rounds(
     ``[j*c//R, (j+1)*c//R)`` of each pair's ``c`` rows, a cut both sides compute alike; ``R``
     is the largest any rank needs (one all-reduce).  So the buffers of an exchange are two
     rounds' worth, not the whole exchange, and rows are gathered straight into the send
-    buffer.  Collective; returns the number of rounds.
+    buffer.  Collective; returns the number of rounds.  ``matrix``: the exchange's whole
+    traffic matrix in rows (:func:`count_matrix`, ``matrix[q, p]`` rows go from q to p), when
+    the caller has it: every rank then derives ``R`` from it, without the all-reduce.
     """
     rank, size = world(group)
     row_bytes = 4 * int(np.prod(row_shape)) if row_shape else 4
-    need = max(sum(send_counts), sum(recv_counts)) * row_bytes
-    rounds = torch.tensor([max(1, -(-need // max(1, max_bytes)))], dtype=torch.int64)
     note_progress()
-    if size > 1:
-        all_reduce(rounds, HOST, op=dist.ReduceOp.MAX, group=group)
-    rounds_n = int(rounds.item())
+    if matrix is not None:
+        most = int(max(matrix.sum(axis=0).max(), matrix.sum(axis=1).max())) if matrix.size else 0
+        rounds_n = max(1, -(-most * row_bytes // max(1, max_bytes)))
+    else:
+        need = max(sum(send_counts), sum(recv_counts)) * row_bytes
+        rounds = torch.tensor([max(1, -(-need // max(1, max_bytes)))], dtype=torch.int64)
+        if size > 1:
+            all_reduce(rounds, HOST, op=dist.ReduceOp.MAX, group=group)
+        rounds_n = int(rounds.item())
     for j in range(rounds_n):
         s_lo = [c * j // rounds_n for c in send_counts]
         s_hi = [c * (j + 1) // rounds_n for c in send_counts]

@@ -156,7 +156,8 @@ def check_placement(kind: str, op: str, tensors: Iterable[torch.Tensor], group: 
 
 # the thin wrappers of gnnflow.distributed.comm, whose tensors' kind their caller chooses
 _WRAPPERS = {"all_reduce", "all_gather", "broadcast", "all_to_all_single", "exchange_point_to_point",
-             "alltoallv", "start_alltoallv", "all_to_all_rows", "AllToAllRows.forward"}
+             "alltoallv", "start_alltoallv", "alltoall_slots", "count_matrix", "all_to_all_rows",
+             "AllToAllRows.forward"}
 
 
 def _call_site() -> str:

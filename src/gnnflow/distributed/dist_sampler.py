@@ -17,10 +17,15 @@ network reaches vertices the rank does not own.  The frontier of the next hop
 is computed by the same relabelling as the single-process sampler, so blocks
 have the DGL layout (destinations first, then new sources in ascending id).
 
-Per hop the exchange is three ``alltoallv`` calls on the sampler's process
-group: seed ids out, per-seed counts back, sampled source ids back.  Every
-rank must call :meth:`DistNeighborSampler.sample_blocks` the same number of
-times in the same order (all hops take part even with nothing remote).
+Per hop the exchange is three collectives on the sampler's process group:
+request counts, seed ids out, and one reply that carries per-seed counts and
+sampled source ids together in a slot both sides size in advance (a seed gets at
+most ``fanout`` sources; with full neighbourhoods, ``fanout=-1``, the reply is
+two collectives, counts first).  Every rank must call
+:meth:`DistNeighborSampler.sample_blocks` the same number of times in the same
+order (all hops take part even with nothing remote).  With ``own_targets`` (the
+data-parallel strategies, whose targets are the rank's own training vertices) the
+first hop, over the targets, is all local and makes no exchange at all.
 
 ``replicate_structure=True`` (:func:`make_sampler`) instead keeps the whole
 CSR on every rank and samples locally with
@@ -35,7 +40,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from gnnflow.distributed.comm import CommStats, alltoallv, world
+from gnnflow.distributed.comm import CommStats, alltoall_slots, alltoallv, world
 from gnnflow.distributed.devices import HOST
 from gnnflow.distributed.pipeline import MiniBatch, add_stats_delta, stats_totals
 from gnnflow.errors import ConfigError
@@ -59,6 +64,7 @@ class DistNeighborSampler(LayerwiseSampler):
         seed: int = 0,
         group: Any = None,
         stats: CommStats | None = None,
+        own_targets: bool = False,
     ) -> None:
         self.part = part
         self.node_part = node_part
@@ -74,6 +80,17 @@ class DistNeighborSampler(LayerwiseSampler):
         self.num_nodes = int(node_part.shape[0])
         self._relabel = Relabeler(self.num_nodes)
         self.remote_seeds = 0  # seeds sampled by their owner on this rank's behalf
+        # every rank's targets are its own vertices (the same setting on every rank, so the
+        # first hop's skipped exchange is skipped everywhere); a target owned elsewhere is an error
+        self.own_targets = bool(own_targets)
+        self._targets_hop = False
+
+    def sample_blocks(self, targets: np.ndarray | torch.Tensor) -> list[Any]:
+        self._targets_hop = self.own_targets
+        try:
+            return super().sample_blocks(targets)
+        finally:
+            self._targets_hop = False
 
     def _sample_own(self, seeds: np.ndarray, fanout: int, layer: int) -> tuple[np.ndarray, np.ndarray]:
         """Sample the rank's own ``seeds``: (per-seed counts, global source ids in CSR order)."""
@@ -95,9 +112,12 @@ class DistNeighborSampler(LayerwiseSampler):
         counts = np.zeros(frontier.shape[0], dtype=np.int64)
         own_counts, own_src = self._sample_own(frontier[own], fanout, layer)
         counts[own] = own_counts
-        if self.world_size == 1:
+        targets_hop, self._targets_hop = self._targets_hop, False
+        if self.world_size == 1 or targets_hop:
             if own.size != frontier.size:
-                raise ConfigError("sampler: a single rank cannot own remote vertices; check node_part")
+                raise ConfigError(f"sampler: rank {self.rank} got targets it does not own (own_targets)"
+                                  if targets_hop else
+                                  "sampler: a single rank cannot own remote vertices; check node_part")
             return counts, own_src
         remote = np.flatnonzero(owner != self.rank)
         order = remote[np.argsort(owner[remote], kind="stable")]
@@ -107,13 +127,7 @@ class DistNeighborSampler(LayerwiseSampler):
         served = [self._sample_own(req.numpy(), fanout, layer) if p != self.rank else
                   (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
                   for p, req in enumerate(requests)]
-        reply_counts = alltoallv([torch.from_numpy(c) for c, _ in served], self.stats,
-                                 recv_counts=send_counts.tolist(), group=self.group, kind=HOST)
-        per_peer_edges = [int(c.sum()) for c in reply_counts]
-        reply_src = alltoallv([torch.from_numpy(s) for _, s in served], self.stats,
-                              recv_counts=per_peer_edges, group=self.group, kind=HOST)
-        rcounts = torch.cat(reply_counts).numpy()
-        rsrc = torch.cat(reply_src).numpy()
+        rcounts, rsrc = self._reply(served, send_counts.tolist(), [int(r.shape[0]) for r in requests], fanout)
         self.remote_seeds += int(order.size)
         counts[order] = rcounts
         # stitch: edges of own seeds and of remote seeds, reordered into CSR over the frontier
@@ -122,13 +136,38 @@ class DistNeighborSampler(LayerwiseSampler):
         perm = np.argsort(edge_dst, kind="stable")
         return counts, src[perm]
 
+    def _reply(self, served: list[tuple[np.ndarray, np.ndarray]], asked: list[int], requested: list[int],
+               fanout: int) -> tuple[np.ndarray, np.ndarray]:
+        """Send each peer its seeds' counts and sources; return ours (counts, sources) in peer order.
+
+        ``asked[p]``: seeds this rank sent p; ``requested[p]``: seeds p sent this rank.  With a
+        bounded fanout a seed's reply is at most ``1 + fanout`` ids, so one exchange of slots that
+        size carries counts and sources together; with full neighbourhoods counts go first.
+        """
+        if fanout < 0:
+            reply_counts = alltoallv([torch.from_numpy(c) for c, _ in served], self.stats, recv_counts=asked,
+                                     group=self.group, kind=HOST)
+            reply_src = alltoallv([torch.from_numpy(s) for _, s in served], self.stats,
+                                  recv_counts=[int(c.sum()) for c in reply_counts], group=self.group, kind=HOST)
+            return torch.cat(reply_counts).numpy(), torch.cat(reply_src).numpy()
+        slots = alltoall_slots([torch.from_numpy(np.concatenate([c, s])) for c, s in served],
+                               [n * (1 + fanout) for n in requested], [n * (1 + fanout) for n in asked],
+                               self.stats, group=self.group, kind=HOST)
+        rcounts, rsrc = [], []
+        for n, slot in zip(asked, slots, strict=True):
+            c = slot[:n].numpy()
+            rcounts.append(c)
+            rsrc.append(slot[n:n + int(c.sum())].numpy())
+        return np.concatenate(rcounts), np.concatenate(rsrc)
+
 
 def make_sampler(part: Any, node_part: np.ndarray, fanouts: Sequence[int], seed: int,
                  replicate_structure: bool = False, graph_path: Any = None, group: Any = None,
-                 stats: CommStats | None = None) -> DistNeighborSampler | NeighborSampler:
+                 stats: CommStats | None = None, own_targets: bool = False) -> DistNeighborSampler | NeighborSampler:
     """The partitioned sampler, or (``replicate_structure``) a full-CSR local sampler."""
     if not replicate_structure:
-        return DistNeighborSampler(part, node_part, fanouts, seed, group=group, stats=stats)
+        return DistNeighborSampler(part, node_part, fanouts, seed, group=group, stats=stats,
+                                   own_targets=own_targets)
     from gnnflow.data.store import open_store
 
     store = open_store(graph_path, validate=False)

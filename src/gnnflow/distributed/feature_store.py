@@ -9,9 +9,10 @@ set of global vertex ids is served
   the sampling-frequency criterion GSplit §6.1 and DistDGLv2's "local CPU
   cache" of §4.2.1 use),
 * and from the owning ranks for the rest, in ONE all-to-all exchange per
-  request batch: ids go out with :func:`gnnflow.distributed.comm.alltoallv`, owners
-  gather their rows and the rows come back in a second ``alltoallv`` whose
-  receive counts are already known.
+  request batch: an all-gather of the request counts tells every rank the whole
+  request matrix, ids go out with :func:`gnnflow.distributed.comm.alltoallv`, owners
+  gather their rows and the rows come back in rounds whose sizes and number every
+  rank derives from that matrix (three collectives per batch with one round).
 
 Every call is a collective: all ranks call :meth:`FeatureStore.fetch` the same
 number of times in the same order on the same process group (a rank with no
@@ -33,7 +34,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from gnnflow.distributed.comm import CommStats, alltoallv, exchange_rows_in_rounds, world
+from gnnflow.distributed.comm import CommStats, alltoallv, count_matrix, exchange_rows_in_rounds, world
 from gnnflow.distributed.devices import HOST
 from gnnflow.errors import ConfigError
 
@@ -182,7 +183,10 @@ class FeatureStore:
         order = np.argsort(owner, kind="stable")
         counts = np.bincount(owner, minlength=self.world_size)
         send_ids = torch.split(torch.from_numpy(ids[order]), counts.tolist())
-        requests = alltoallv(list(send_ids), self.stats, group=self.group, kind=HOST)
+        # every rank learns the whole request matrix, so all agree on the rows' rounds unasked
+        matrix = count_matrix(counts.tolist(), self.group)
+        requests = alltoallv(list(send_ids), self.stats, recv_counts=matrix[:, self.rank].tolist(),
+                             group=self.group, kind=HOST)
         positions = []
         for peer, req in enumerate(requests):
             pos = self.part.global_to_local(req.numpy()) if peer != self.rank else np.zeros(0, dtype=np.int64)
@@ -198,7 +202,7 @@ class FeatureStore:
             out.index_copy_(0, torch.from_numpy(dest_by_peer[peer][lo:hi]), rows)
 
         exchange_rows_in_rounds(gather, [int(p.shape[0]) for p in positions], counts.tolist(), scatter,
-                                shape_tail, EXCHANGE_BYTES, self.stats, self.group)
+                                shape_tail, EXCHANGE_BYTES, self.stats, self.group, matrix=matrix.T)
 
     # -- cache -------------------------------------------------------------------
     def build_cache(self, candidate_ids: np.ndarray, candidate_counts: np.ndarray, capacity: int) -> int:

@@ -283,7 +283,12 @@ class MiniBatchStrategy(Strategy):
     def build_sampler(self, group: Any) -> Any:
         return make_sampler(self.part, self.node_part, self.cfg.fanouts, self.cfg.seed,
                             replicate_structure=self.replicate_structure, graph_path=self.graph_path,
-                            group=group, stats=self.sample_stats)
+                            group=group, stats=self.sample_stats, own_targets=self.own_targets())
+
+    def own_targets(self) -> bool:
+        """True when every rank's targets are its own part's training vertices (:meth:`local_targets`
+        without the METIS-only pooling): the sampler's first hop then needs no exchange."""
+        return self.two_level or self.book is None or self.book.node_machine is None
 
     def start_sampler_process(self) -> SamplerProcess:
         """Spawn this rank's sampler process (``samplers=process``), which runs the sample and
@@ -332,7 +337,8 @@ class MiniBatchStrategy(Strategy):
         """Presample a few local batches, cache the most requested remote feature rows."""
         sampler = make_sampler(self.part, self.node_part, self.cfg.fanouts, self.cfg.seed + 7919,
                                replicate_structure=self.replicate_structure, graph_path=self.graph_path,
-                               group=self.groups["sample"], stats=CommStats(world()[1]))
+                               group=self.groups["sample"], stats=CommStats(world()[1]),
+                               own_targets=self.own_targets())
         batches = [mb.targets for mb, _ in zip(self.schedule(0, 1), range(self.presample_batches), strict=False)]
         ids, counts = presample_input_counts(sampler, batches)
         assert self.feature_store is not None
