@@ -34,7 +34,13 @@ from typing import Any
 import numpy as np
 import torch
 
-from gnnflow.distributed.comm import CommStats, alltoallv, count_matrix, exchange_rows_in_rounds, world
+from gnnflow.distributed.comm import (
+    CommStats,
+    alltoallv,
+    count_matrix,
+    exchange_rows_in_rounds,
+    world,
+)
 from gnnflow.distributed.devices import HOST
 from gnnflow.errors import ConfigError
 
