@@ -38,4 +38,3 @@ use rule train as train_ranks with:
         tasks=lambda w: RUNS[w.run].workers,
         mem_mb=lambda w: 4000 * RUNS[w.run].workers,
         runtime=60,
-        nodes=lambda w: 1 if RUNS[w.run].one_host else None,  # else as many as SLURM gives

@@ -161,3 +161,39 @@ def test_distdgl_seeded_sampling_repeats_a_run(tmp_path):
     assert request_seed(0, [3, 1, 2], 5) == request_seed(0, [3, 1, 2], 5)
     assert len({request_seed(0, [3, 1, 2], 5), request_seed(0, [1, 2, 3], 5), request_seed(1, [3, 1, 2], 5),
                 request_seed(0, [3, 1, 2], 10)}) == 4
+
+
+_TO_BLOCK_ORDER = """
+import sys
+import dgl, numpy as np, torch
+from dgl.dataloading import neighbor_sampler
+from gnnflow.strategies.distdgl import _patch_seeded_sampling
+if sys.argv[1] == "patched":
+    _patch_seeded_sampling(0)
+rng = np.random.default_rng(0)
+g = dgl.graph((torch.from_numpy(rng.integers(0, 200000, 400000)), torch.from_numpy(rng.integers(0, 20000, 400000))),
+              num_nodes=200000)
+seeds = torch.unique(g.edges()[1])
+dgl.utils.set_num_threads(2)
+orders = {neighbor_sampler.to_block(g, seeds).srcdata[dgl.NID].numpy().tobytes() for _ in range(6)}
+print(len(orders), dgl.utils.get_num_threads())
+"""
+
+
+def test_distdgl_blocks_number_sources_the_same_way_every_time():
+    """Patch 3 also builds the peer's blocks with one thread: with two, DGL's to_block numbers
+    the source vertices in an order that changes from call to call (it was why srun-started runs
+    of the peer differed from local ones: that order is the next hop's request)."""
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, DGLBACKEND="pytorch")
+    got = {}
+    for mode in ("plain", "patched"):
+        done = subprocess.run([sys.executable, "-c", _TO_BLOCK_ORDER, mode], capture_output=True, text=True,
+                              env=env, timeout=300)
+        assert done.returncode == 0, done.stderr[-2000:]
+        got[mode] = done.stdout.split()
+    assert got["patched"] == ["1", "2"]  # one order; the process's thread count is left as it was
+    assert int(got["plain"][0]) > 1  # DGL's own: several orders

@@ -50,11 +50,15 @@ def _check_one(ctx, tables, num_nodes: int, dim: int) -> dict:
             "received": stats.comm.total_received, "halo_bytes": int(table.halo_ids.shape[0]) * dim * 4}
 
 
-def _run(cases: list[tuple[str, object]], parts: int, seed: int = 0) -> list[list[dict]]:
-    """``cases`` = [(planner, topology)]; returns per case the per-rank results."""
+def _run(cases: list[tuple[str, object]], parts: int, seed: int = 0,
+         hosts: list[list[str] | None] | None = None) -> list[list[dict]]:
+    """``cases`` = [(planner, topology)]; returns per case the per-rank results (``hosts``: per
+    case, the ranks' hosts for swap)."""
     indptr, indices, node_part = _graph(parts, seed)
     rel = comm_relation(indptr, indices, node_part, parts)
-    configs = [rank_tables(planner, rel, topo, seed=seed, granularity=3) for planner, topo in cases]
+    hosts = hosts or [None] * len(cases)
+    configs = [rank_tables(planner, rel, topo, seed=seed, granularity=3, hosts=h)
+               for (planner, topo), h in zip(cases, hosts, strict=True)]
     per_rank = run_ranks(_check_rank, parts, configs, node_part.shape[0], 4, timeout_s=60)
     return [[per_rank[r][c] for r in range(parts)] for c in range(len(cases))]
 
@@ -96,3 +100,14 @@ def test_allgather_exact_4_ranks_and_slow_link() -> None:
     res = _run([("p2p", dgx), ("spst", dgx), ("swap", dgx), ("spst", slow)], 4, seed=2)
     _assert_exact(res)
     assert res[3][1]["relay"] + res[3][2]["relay"] > 0  # SPST routes around the slow a-d link
+
+
+def test_swap_across_hosts_passes_rows_between_host_buffers() -> None:
+    """Swap with ranks on several hosts: each host has its own buffers and its leader passes the
+    rows other hosts read (forward) and their gradients (backward).  Here the "hosts" share this
+    machine but not their buffers (one directory per leader), so a row that no leader passed would
+    read as zero; contiguous and interleaved rank-to-host assignments, 2 and 3 hosts."""
+    topo = load_topology("dgx1-v100").restrict(4)
+    layouts = [["h0", "h0", "h1", "h1"], ["a", "b", "a", "b"], ["x", "y", "y", "z"]]
+    res = _run([("swap", topo)] * len(layouts), 4, seed=3, hosts=layouts)
+    _assert_exact(res)

@@ -134,8 +134,8 @@ def _train_args(cluster: Cluster, strategy: str, out: Path | None, k: int | None
     ("data", []),
     ("split", []),
     ("fullbatch", []),
-    # swap exchanges through one host's shared memory: refused across hosts (test below)
-    pytest.param("dgcl", ["--planner", "spst,p2p,replication"], marks=pytest.mark.slow),
+    # swap: through each host's shared memory, the hosts' leaders passing rows between them
+    pytest.param("dgcl", ["--planner", "spst,p2p,swap,replication"], marks=pytest.mark.slow),
 ])
 def test_verify_across_two_hosts(cluster, strategy, extra):
     t0 = time.monotonic()
@@ -152,33 +152,27 @@ def test_verify_across_two_hosts(cluster, strategy, extra):
           f"max abs diff {results[0]['max_abs_diff']}")
 
 
-def test_swap_planner_refuses_ranks_on_several_hosts(cluster):
-    procs = cluster.start(lambda k: _train_args(cluster, "dgcl", None, k, "--opt", "planner=swap"))
-    done = _finish(procs, 300)
-    assert all(rc != 0 for rc, _, _ in done), done
-    assert "one host's shared memory" in done[0][2] and "simhost0" in done[0][2] and "simhost1" in done[0][2], \
-        done[0][2][-2000:]
-
-
 # ------------------------------------------------------------------------------------------ records
-@pytest.mark.parametrize("strategy", [
-    "dgcl",
-    pytest.param("data", marks=pytest.mark.slow),
-    pytest.param("split", marks=pytest.mark.slow),
-    pytest.param("p3", marks=pytest.mark.slow),
-    pytest.param("hec", marks=pytest.mark.slow),
-    pytest.param("fullbatch", marks=pytest.mark.slow),
+@pytest.mark.parametrize("strategy,extra", [
+    ("dgcl", []),
+    # the swap baseline: each host's own /dev/shm buffers, rows passed between the hosts' leaders
+    ("dgcl", ["--opt", "planner=swap"]),
+    pytest.param("data", [], marks=pytest.mark.slow),
+    pytest.param("split", [], marks=pytest.mark.slow),
+    pytest.param("p3", [], marks=pytest.mark.slow),
+    pytest.param("hec", [], marks=pytest.mark.slow),
+    pytest.param("fullbatch", [], marks=pytest.mark.slow),
 ])
-def test_two_hosts_records_equal_one_host(cluster, strategy, tmp_path):
+def test_two_hosts_records_equal_one_host(cluster, strategy, extra, tmp_path):
     """2 hosts x 2 ranks from staged parts == 1 host x 4 ranks on the whole book (up to measured columns)."""
     one = tmp_path / "one" / "cmp"
     t0 = time.monotonic()
-    ref = subprocess.run([sys.executable, "-m", "gnnflow.cli", *_train_args(cluster, strategy, one, None)],
+    ref = subprocess.run([sys.executable, "-m", "gnnflow.cli", *_train_args(cluster, strategy, one, None, *extra)],
                          capture_output=True, text=True, timeout=400)
     assert ref.returncode == 0, ref.stderr[-3000:]
     t1 = time.monotonic()
-    run_dirs = [cluster.hosts.dirs[k] / f"runs-{strategy}" / "cmp" for k in range(NODES)]
-    done = _finish(cluster.start(lambda k: _train_args(cluster, strategy, run_dirs[k], k)), 400)
+    run_dirs = [cluster.hosts.dirs[k] / f"runs-{strategy}{'-'.join(['', *extra])}" / "cmp" for k in range(NODES)]
+    done = _finish(cluster.start(lambda k: _train_args(cluster, strategy, run_dirs[k], k, *extra)), 400)
     for k, (rc, _, err) in enumerate(done):
         assert rc == 0, f"host {k}: rc {rc}\n{err[-3000:]}"
     assert not (run_dirs[1] / "records.jsonl").exists(), "only host 0 (rank 0) writes the run directory"

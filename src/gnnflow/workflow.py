@@ -50,12 +50,6 @@ class RunSpec:
     def workers(self) -> int:
         return int(self.settings.get("workers", 1))
 
-    @property
-    def one_host(self) -> bool:
-        """True when the ranks must share one host: a SLURM job of one node (dgcl's swap planner
-        exchanges through one host's shared memory)."""
-        return self.strategy == "dgcl" and self.options.get("planner") == "swap"
-
     def train_args(self) -> str:
         """``gnnflow train`` flags for everything but graph, partition, out."""
         s = self.settings

@@ -15,7 +15,12 @@ most one peer; the add is then a plain (non-accumulating) indexed update.
 The ``swap`` baseline (NeuGraph, DGCL §7) is executed for real through host
 shared memory: every rank writes all its embeddings into a shared file-backed
 buffer, a barrier, every rank reads its halo rows; backward writes halo gradients
-to a second shared buffer and owners sum them.
+to a second shared buffer and owners sum them.  Ranks on several hosts each use
+their host's buffers (its own ``/dev/shm``); after the write barrier each host's
+leader (its lowest rank) sends the rows other hosts read to their leaders (one
+all-to-all among the leaders, forward and backward), and a second barrier
+releases the readers.  This extension is ours: NeuGraph and DGCL's swap run on
+one machine.
 """
 
 from __future__ import annotations
@@ -31,8 +36,8 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from gnnflow.distributed.comm import CommStats, exchange_point_to_point
-from gnnflow.distributed.devices import COMPUTE
+from gnnflow.distributed.comm import CommStats, alltoallv, exchange_point_to_point
+from gnnflow.distributed.devices import COMPUTE, HOST
 from gnnflow.distributed.plan import CommRelation, RankTable
 from gnnflow.distributed.processes import run_shm_dir
 
@@ -189,6 +194,20 @@ class SwapTable:
     # rank read by each peer: the traffic through host memory, booked per peer
     read_counts: np.ndarray | None = None
     sent_counts: np.ndarray | None = None
+    # ranks on several hosts: each host has its own buffers (its own /dev/shm), and the
+    # host's leader (its lowest rank) passes rows between them; leaders[h] leads host h
+    leaders: list[int] = field(default_factory=lambda: [0])
+    host: int = 0  # this rank's host index
+    # leaders only, per host h: embedding slots sent to / received from h (forward), and
+    # gradient slots sent to / received from h (backward)
+    emb_send: list[np.ndarray] = field(default_factory=list)
+    emb_recv: list[np.ndarray] = field(default_factory=list)
+    grad_send: list[np.ndarray] = field(default_factory=list)
+    grad_recv: list[np.ndarray] = field(default_factory=list)
+
+    @property
+    def num_hosts(self) -> int:
+        return len(self.leaders)
 
     @property
     def num_local(self) -> int:
@@ -205,8 +224,21 @@ class SwapTable:
         return self.read_slots.nbytes + self.grad_read_slots.nbytes + self.grad_read_pos.nbytes
 
 
-def swap_tables(rel: CommRelation) -> list[SwapTable]:
-    """Swap baseline tables: every vertex has a slot (grouped by owner); halos read their owners' slots."""
+def _host_pairs(host_of: np.ndarray, src_rank: np.ndarray, dst_rank: np.ndarray, slots: np.ndarray,
+                num_hosts: int) -> list[list[np.ndarray]]:
+    """``pairs[a][b]``: the distinct ``slots`` whose row goes from a rank on host a to one on host
+    b (a != b; empty on the diagonal), sorted."""
+    ha, hb = host_of[src_rank], host_of[dst_rank]
+    return [[np.unique(slots[(ha == a) & (hb == b)]) if a != b else np.zeros(0, dtype=np.int64)
+             for b in range(num_hosts)] for a in range(num_hosts)]
+
+
+def swap_tables(rel: CommRelation, hosts: list[str] | None = None) -> list[SwapTable]:
+    """Swap baseline tables: every vertex has a slot (grouped by owner); halos read their owners' slots.
+
+    ``hosts[r]``: the host of rank r (None: all on one).  Ranks on several hosts get one pair of
+    buffers per host, and each host's leader gets the slots it passes to the other hosts' leaders.
+    """
     p = rel.num_parts
     node_part = np.asarray(rel.node_part)
     order = np.argsort(node_part, kind="stable")
@@ -220,35 +252,71 @@ def swap_tables(rel: CommRelation) -> list[SwapTable]:
     halo_owner = node_part[all_halo]
     # reads[r, q]: halo rows of rank r owned by rank q
     reads = np.stack([np.bincount(node_part[h], minlength=p) for h in halos]) if p else np.zeros((0, 0))
+    names = list(hosts) if hosts is not None else [""] * p
+    if len(names) != p:
+        raise ValueError(f"swap_tables: {len(names)} hosts for {p} ranks")
+    distinct = list(dict.fromkeys(names))  # in order of first rank: leaders ascend
+    host_of = np.array([distinct.index(n) for n in names], dtype=np.int64)
+    leaders = [names.index(n) for n in distinct]
+    nh = len(distinct)
+    if nh > 1:  # forward: owner -> reader of every halo row; backward: reader -> owner of its gradient
+        reader = np.repeat(np.arange(p), [h.shape[0] for h in halos])
+        emb_pairs = _host_pairs(host_of, halo_owner, reader, slot[all_halo], nh)
+        grad_pairs = _host_pairs(host_of, reader, halo_owner, np.arange(all_halo.shape[0]), nh)
     out = []
     for r in range(p):
         mine = np.flatnonzero(halo_owner == r)
+        h = int(host_of[r])
+        lead = nh > 1 and leaders[h] == r
         out.append(SwapTable(
             r, p, order[offsets[r]:offsets[r + 1]].astype(np.int64), halos[r], int(node_part.shape[0]),
             int(offsets[r]), slot[halos[r]], int(goff[-1]), int(goff[r]), mine.astype(np.int64),
             (slot[all_halo[mine]] - offsets[r]).astype(np.int64),
-            read_counts=reads[r].astype(np.int64), sent_counts=reads[:, r].astype(np.int64)))
+            read_counts=reads[r].astype(np.int64), sent_counts=reads[:, r].astype(np.int64),
+            leaders=leaders, host=h,
+            emb_send=[emb_pairs[h][b] for b in range(nh)] if lead else [],
+            emb_recv=[emb_pairs[a][h] for a in range(nh)] if lead else [],
+            grad_send=[grad_pairs[h][b] for b in range(nh)] if lead else [],
+            grad_recv=[grad_pairs[a][h] for a in range(nh)] if lead else []))
     return out
 
 
 class _SharedBuffers:
-    """File-backed shared memory (``/dev/shm``) visible to every local rank.
+    """File-backed shared memory (``/dev/shm``) visible to every rank of a host.
 
-    The directory is named after the run (:func:`~gnnflow.distributed.processes.run_shm_dir`),
-    so the launcher removes it even when rank 0 is killed before it can.
+    Each host's leader makes the directory, named after the run
+    (:func:`~gnnflow.distributed.processes.run_shm_dir`), so that host's launcher removes it even
+    when the leader is killed before it can.  With several hosts the leaders also form a process
+    group, over which :meth:`pass_rows` moves rows between the hosts' buffers.  Collective.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, table: SwapTable) -> None:
         rank = dist.get_rank()
-        obj: list[Any] = [None]
-        if rank == 0:
-            obj[0] = run_shm_dir("swap")
-        dist.broadcast_object_list(obj, src=0)
-        self.dir: str = obj[0]
-        self.owner = rank == 0
+        leader = table.leaders[table.host]
+        made = run_shm_dir("swap") if rank == leader else None
+        dirs: list[Any] = [None] * dist.get_world_size()
+        dist.all_gather_object(dirs, made)
+        self.dir: str = dirs[leader]
+        self.owner = rank == leader
+        # every rank takes part in making the group; only the leaders are in it
+        self.leaders = dist.new_group(table.leaders) if table.num_hosts > 1 else None
         self.maps: dict[tuple[str, int, int], torch.Tensor] = {}
         if self.owner:  # no shared files left behind even if close() is never called
             atexit.register(shutil.rmtree, self.dir, True)
+
+    def pass_rows(self, buf: torch.Tensor, send: list[np.ndarray], recv: list[np.ndarray]) -> None:
+        """Ranks on several hosts: each leader sends rows ``send[h]`` of its host's ``buf`` to host
+        h's leader and writes what it gets into rows ``recv[h]``; then everyone may read.  Collective
+        (every rank calls it after writing its rows and a barrier)."""
+        if self.leaders is None:
+            return
+        if send:  # a leader
+            got = alltoallv([buf[torch.from_numpy(s)] for s in send], recv_counts=[int(r.shape[0]) for r in recv],
+                            group=self.leaders, kind=HOST)
+            for rows, at in zip(got, recv, strict=True):
+                if at.shape[0]:
+                    buf[torch.from_numpy(at)] = rows
+        dist.barrier()
 
     def get(self, name: str, rows: int, dim: int) -> torch.Tensor:
         key = (name, rows, dim)
@@ -271,7 +339,7 @@ class _SharedBuffers:
 def _shared(table: SwapTable) -> _SharedBuffers:
     sb = getattr(table, "_shared", None)
     if sb is None:
-        sb = _SharedBuffers()
+        sb = _SharedBuffers(table)
         table._shared = sb  # type: ignore[attr-defined]
     return sb
 
@@ -299,6 +367,7 @@ class _SwapAllgather(torch.autograd.Function):
         n = local.shape[0]
         emb[table.write_offset:table.write_offset + n] = local.detach().cpu()
         dist.barrier()
+        sb.pass_rows(emb, table.emb_send, table.emb_recv)
         t1 = time.perf_counter()
         halo = emb[torch.from_numpy(table.read_slots)].to(local.device)
         dist.barrier()  # nobody overwrites the buffer before everyone has read
@@ -318,6 +387,7 @@ class _SwapAllgather(torch.autograd.Function):
         gbuf = sb.get("grad", table.num_grad_slots, dim)
         gbuf[table.grad_offset:table.grad_offset + table.halo_ids.shape[0]] = grad_out[n:].detach().cpu()
         dist.barrier()
+        sb.pass_rows(gbuf, table.grad_send, table.grad_recv)
         got = gbuf[torch.from_numpy(table.grad_read_slots)].to(grad_out.device)
         dist.barrier()
         g = grad_out[:n].clone()
@@ -341,9 +411,11 @@ def graph_allgather(local_embeddings: torch.Tensor, table: RankTable | SwapTable
 
 def rank_tables(planner: str, rel: CommRelation, topology: Any = None, seed: int = 0,
                 **kw: Any) -> list[RankTable] | list[SwapTable]:
-    """Executable tables of every rank for ``planner`` in ``{p2p, spst, swap}``."""
+    """Executable tables of every rank for ``planner`` in ``{p2p, spst, swap}`` (``hosts=[...]``:
+    the ranks' hosts, for swap)."""
     from gnnflow.distributed.plan import make_plan
 
+    hosts = kw.pop("hosts", None)
     if planner == "swap":
-        return swap_tables(rel)
+        return swap_tables(rel, hosts)
     return make_plan(planner, rel, topology, seed, **kw).tables()

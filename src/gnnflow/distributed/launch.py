@@ -311,6 +311,14 @@ def run_ranks(
     return _spawn_local(fn, world_size, args, device, backend, timeout_s, threads_per_rank, spec)
 
 
+def slurm_task_threads() -> int | None:
+    """Threads for a rank started by srun: the CPUs SLURM gave its task (``SLURM_CPUS_PER_TASK``,
+    set by ``--cpus-per-task``, the cluster profile's ``cpus_per_task``); None when unset (torch's
+    default then, every CPU the task may run on)."""
+    value = os.environ.get("SLURM_CPUS_PER_TASK", "").strip()
+    return max(1, int(value)) if value.isdigit() else None
+
+
 def _run_external(launcher: str, fn: Callable[..., Any], args: tuple[Any, ...], device: str,
                   backend: str, timeout_s: float) -> Any:
     if launcher == "torchrun":
@@ -324,12 +332,16 @@ def _run_external(launcher: str, fn: Callable[..., Any], args: tuple[Any, ...], 
         master, port = _slurm_master()
         agent_store = False
     tune_allocator()
+    threads = slurm_task_threads() if launcher == "srun" else None
+    if threads is not None:  # as many as the job gave the task, as the local launcher gives cores / ranks
+        torch.set_num_threads(threads)
     address = local_address_towards(master)
     set_run_address(address)
     # a rank's own helpers (sampler processes) reach the master at the same address
     os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = resolve(master), str(port)
-    log.info("rank %d/%d on host %s (local rank %d) started by %s, rendezvous %s:%d, talking over %s", rank,
-             world, socket.gethostname(), local, launcher, master, port, address)
+    log.info("rank %d/%d on host %s (local rank %d) started by %s, rendezvous %s:%d, talking over %s, "
+             "%d thread(s)", rank, world, socket.gethostname(), local, launcher, master, port, address,
+             torch.get_num_threads())
     bound = None
     if rank == 0 and not agent_store:  # rank 0 holds the store, on the run's interface only
         bound = start_store(address, world, timeout_s, port)

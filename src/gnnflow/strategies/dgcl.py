@@ -108,7 +108,7 @@ def plan_digest(*parts: Any) -> str:
 
 
 def _plan_tables(cfg: TrainConfig, part: Any, node_part: np.ndarray, rank: int, world_size: int,
-                 planner: str) -> tuple[Any, float]:
+                 planner: str, hosts: list[str] | None = None) -> tuple[Any, float]:
     """This rank's plan table and the planning time.  Collective: rank 0 gathers every part's
     halo ids (no rank reads the graph's CSR), plans (offline planning, §4.1) and scatters."""
     halos: list[Any] = [part.halo_ids]
@@ -120,7 +120,7 @@ def _plan_tables(cfg: TrainConfig, part: Any, node_part: np.ndarray, rank: int, 
         t0 = time.perf_counter()
         rel = comm_relation_from_halos(halos, node_part, world_size)
         if planner == "swap":
-            tables: list[Any] = swap_tables(rel)
+            tables: list[Any] = swap_tables(rel, hosts)
         else:
             topo_name = cfg.options.get("topology")
             topo = load_topology(topo_name) if topo_name else uniform_topology(world_size)
@@ -136,19 +136,16 @@ def _plan_tables(cfg: TrainConfig, part: Any, node_part: np.ndarray, rank: int, 
     return got[0]
 
 
-def _check_one_host() -> None:
-    """The swap baseline exchanges through one host's shared memory (§3): refuse ranks on
-    several hosts rather than read another host's (absent) buffers.  Collective."""
+def _rank_hosts() -> list[str]:
+    """Every rank's host name (rank order): the swap baseline exchanges through each host's shared
+    memory, its leaders between hosts.  Collective."""
     import socket
 
     if not dist.is_initialized() or dist.get_world_size() == 1:
-        return
+        return [socket.gethostname()]
     hosts: list[Any] = [None] * dist.get_world_size()
     dist.all_gather_object(hosts, socket.gethostname())
-    if len(set(hosts)) > 1:
-        raise ConfigError(f"--opt planner=swap exchanges through one host's shared memory, but the ranks run "
-                          f"on {len(set(hosts))} hosts ({', '.join(sorted(set(hosts)))}); use planner spst or "
-                          "p2p across hosts")
+    return [str(h) for h in hosts]
 
 
 def _local_degrees(part: Any, node_part: np.ndarray, table: Any, world_size: int) -> tuple[np.ndarray, np.ndarray]:
@@ -201,9 +198,8 @@ class PlannedHalo(FullBatchBase):
         if self.planner == "replication":
             self._prepare_replication(book)
         else:
-            if self.planner == "swap":
-                _check_one_host()
-            self.table, self.plan_s = _plan_tables(self.cfg, part, book.node_part, rank, p, self.planner)
+            hosts = _rank_hosts() if self.planner == "swap" else None
+            self.table, self.plan_s = _plan_tables(self.cfg, part, book.node_part, rank, p, self.planner, hosts)
             if not (np.array_equal(self.table.inner_ids, part.inner_ids)
                     and np.array_equal(self.table.halo_ids, part.halo_ids)):
                 raise ConfigError(f"{book.path}/part{rank}: inner/halo ids differ from the plan's; "

@@ -67,11 +67,16 @@ that it first seeds DGL's engine with a hash of the run's seed, the fanout
 and the request's seed vertices (:func:`request_seed`) and samples with one
 OpenMP thread (DGL gives each thread its own engine and a share of the rows,
 so otherwise the draws would depend on the process's thread count, which
-differs between a 1-host run and ranks started by srun).  The draws are then a
-function of the request, not of arrival order or threads: the peer's records repeat, and
-a 2-host run's equal a 1-host run's.  This is our deviation from DGL, which
-leaves its streams unseeded; it costs one hash of the request's ids and an
-engine reseed per request (``seeded_sampling=false`` restores DGL's
+differs between a 1-host run and ranks started by srun).  It also builds the
+sampler's blocks (``to_block`` of ``dgl.dataloading.neighbor_sampler``) with one
+thread: with more, DGL numbers a block's source vertices through a concurrent
+hash map in an order that changes from call to call, and that order is the next
+hop's request, so its seed.  The draws are then a
+function of the request, not of arrival order, threads or timing: the peer's
+records repeat, and a 2-host run's or an srun-started run's equal a 1-host
+run's.  This is our deviation from DGL, which leaves its streams unseeded; it
+costs one hash of the request's ids and an engine reseed per request, and one
+thread for block building (``seeded_sampling=false`` restores DGL's
 behaviour).
 
 Shared memory is removed by DGL's servers when they shut down; when a rank
@@ -152,31 +157,50 @@ def request_seed(base: int, nodes: Any, fan_out: Any) -> int:
     return int.from_bytes(digest, "little") & 0x7FFFFFFF
 
 
+@contextlib.contextmanager
+def one_dgl_thread() -> Any:
+    """DGL's OpenMP pool at one thread inside the block (restored after)."""
+    import dgl
+
+    threads = dgl.utils.get_num_threads()
+    if threads != 1:
+        dgl.utils.set_num_threads(1)
+    try:
+        yield
+    finally:
+        if threads != 1:
+            dgl.utils.set_num_threads(threads)
+
+
 def _patch_seeded_sampling(base: int) -> None:
     """Patch 3 (module docstring): every neighbour-sampling request, served by a server or
     sampled from the local partition, first seeds DGL's random engine with
-    :func:`request_seed` (idempotent per process)."""
+    :func:`request_seed`, and blocks are built with one thread (idempotent per process)."""
     import dgl
+    from dgl.dataloading import neighbor_sampler
     from dgl.distributed import graph_services
 
     if getattr(graph_services, "_gnnflow_seeded", False):
         return
     original = graph_services._sample_neighbors
+    original_to_block = neighbor_sampler.to_block
 
     def _sample_neighbors(local_g: Any, partition_book: Any, seed_nodes: Any, fan_out: Any, *args: Any) -> Any:
         # one OpenMP thread: DGL splits rows among its threads, each drawing from its own engine,
         # so the draws would depend on how many threads the sampling process runs
-        threads = dgl.utils.get_num_threads()
-        if threads != 1:
-            dgl.utils.set_num_threads(1)
-        try:
+        with one_dgl_thread():
             dgl.random.seed(request_seed(base, seed_nodes, fan_out))
             return original(local_g, partition_book, seed_nodes, fan_out, *args)
-        finally:
-            if threads != 1:
-                dgl.utils.set_num_threads(threads)
+
+    def to_block(*args: Any, **kwargs: Any) -> Any:
+        # with several threads DGL's to_block numbers a block's sources through a concurrent
+        # hash map, in an order that changes from call to call; that order is the next hop's
+        # request order, and so its seed
+        with one_dgl_thread():
+            return original_to_block(*args, **kwargs)
 
     graph_services._sample_neighbors = _sample_neighbors
+    neighbor_sampler.to_block = to_block
     graph_services._gnnflow_seeded = True
 
 
