@@ -100,3 +100,47 @@ def test_ranks_can_return_tensors_repeatedly():
         out = run_ranks(_return_tensors, 2, timeout_s=30)
         assert [o["rank"] for o in out] == [0, 1]
         assert float(out[1]["t"].sum()) == 16000.0
+
+
+_SRUN_RANK = """
+import json, torch
+from gnnflow.distributed.launch import run_ranks
+from gnnflow.io import configure_logging
+
+configure_logging()
+
+def threads(ctx):
+    return torch.get_num_threads()
+
+torch.set_num_threads(2)  # what torch would pick on a 2-core node
+print(json.dumps(run_ranks(threads, 1, timeout_s=60)))
+"""
+
+
+def test_a_rank_started_by_srun_takes_the_cpus_of_its_task(tmp_path):
+    """Under srun a rank runs SLURM_CPUS_PER_TASK torch threads (the local launcher gives cores /
+    ranks): DGL and OpenMP in its helpers follow it, so an srun-started run computes what a local
+    one does (docs/cluster.md).  A one-task step on this host, in the SLURM environment srun sets."""
+    import json
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "RANK", "WORLD_SIZE"))}
+    env.update(SLURM_PROCID="0", SLURM_NTASKS="1", SLURM_STEP_ID="0", SLURM_LOCALID="0",
+               SLURM_STEP_NODELIST="localhost", MASTER_PORT=str(port))
+    got = {}
+    for cpus in ("1", None):
+        run_env = dict(env, **({"SLURM_CPUS_PER_TASK": cpus} if cpus else {}))
+        done = subprocess.run([sys.executable, "-c", _SRUN_RANK], capture_output=True, text=True, env=run_env,
+                              timeout=120, cwd=tmp_path)
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert "started by srun" in done.stderr, done.stderr[-2000:]
+        assert f"{cpus or 2} thread(s)" in done.stderr, done.stderr[-2000:]
+        got[cpus] = json.loads(done.stdout.strip().splitlines()[-1])
+    assert got["1"] == [1]  # the task's CPUs, and its log line says so
+    assert got[None] == [2]  # unset: left as the process had it
