@@ -323,3 +323,22 @@ def _rank_pid(cluster: Cluster, k: int, rank: int) -> int:
     ranks.sort()
     assert len(ranks) == LOCAL, ranks
     return ranks[rank - k * LOCAL][1]
+
+
+def test_resume_across_hosts_needs_the_run_directory_on_rank_0s_host_only(cluster, tmp_path):
+    """A 2-host run stopped after epoch 0's checkpoint and resumed with --resume equals an
+    uninterrupted 1-host run: rank 0 reads the checkpoint and hands each rank its state, so the
+    second host never has the run directory."""
+    one = tmp_path / "one" / "cmp"
+    ref = subprocess.run([sys.executable, "-m", "gnnflow.cli", *_train_args(cluster, "data", one, None)],
+                         capture_output=True, text=True, timeout=400)
+    assert ref.returncode == 0, ref.stderr[-3000:]
+    run_dirs = [cluster.hosts.dirs[k] / "runs-resume" / "cmp" for k in range(NODES)]
+    for extra in (["--opt", "stop_after_epoch=0"], ["--resume"]):
+        done = _finish(cluster.start(lambda k, extra=extra: _train_args(cluster, "data", run_dirs[k], k, *extra)),
+                       400)
+        for k, (rc, _, err) in enumerate(done):
+            assert rc == 0, f"host {k} ({extra}): rc {rc}\n{err[-3000:]}"
+        assert not run_dirs[1].exists(), "only host 0 (rank 0) has the run directory"
+    assert "resuming" in done[0][2]
+    assert unmeasured_records(run_dirs[0]) == unmeasured_records(one)

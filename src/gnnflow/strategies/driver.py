@@ -16,7 +16,8 @@ which alone writes the run directory::
                            (ties: lower validation loss; gnnflow.results.selection)
     RUNDIR/model-best.pt   rank 0's model weights of that epoch
 
-``resume=True`` loads ``ckpt/last.pt`` on every rank, drops any records of
+``resume=True`` loads ``ckpt/last.pt`` (rank 0 reads it and hands every rank its
+state, so across hosts only rank 0's host needs the run directory), drops any records of
 epochs after the checkpoint (written before a crash that preceded the next
 checkpoint) and continues from the next epoch, so records (up to timing
 columns) and weights equal those of an uninterrupted run.  The best epoch so
@@ -109,6 +110,35 @@ def load_checkpoint(run_dir: str | Path) -> dict[str, Any]:
     return torch.load(Path(run_dir) / CKPT, map_location="cpu", weights_only=True)
 
 
+def _checkpoint_share(run_dir: Path, ctx: RankContext) -> tuple[int, dict[str, Any], Any] | None:
+    """This rank's (epoch, state, RNG state) from ``ckpt/last.pt``, or None when there is none.
+
+    Rank 0 reads the checkpoint (its host holds the run directory) and hands each rank its share,
+    so the other ranks need no copy of it, e.g. on hosts without a shared filesystem.  Collective;
+    a checkpoint of another world size fails every rank alike.
+    """
+    shares: list[Any] | None = None
+    if ctx.rank == 0:
+        shares = [None] * ctx.world_size
+        if (run_dir / CKPT).exists():
+            ckpt = load_checkpoint(run_dir)
+            if int(ckpt["world_size"]) != ctx.world_size:
+                shares = [f"{run_dir / CKPT}: written by {ckpt['world_size']} ranks, resuming with "
+                          f"{ctx.world_size}; resume with the same --workers"] * ctx.world_size
+            else:
+                shares = [(int(ckpt["epoch"]), ckpt["ranks"][r], ckpt["rng"][r]) for r in range(ctx.world_size)]
+    if ctx.is_distributed:
+        got: list[Any] = [None]
+        dist.scatter_object_list(got, shares, src=0)
+        share = got[0]
+    else:
+        assert shares is not None
+        share = shares[0]
+    if isinstance(share, str):
+        raise ConfigError(share)
+    return share
+
+
 def memory_figures(strategy: Strategy) -> dict[str, float]:
     """Peak resident memory (VmHWM, MiB) so far of this rank's process and of the processes it
     started for the strategy (a sampler process): memory is measured in every run."""
@@ -143,16 +173,13 @@ def _train(strategy: Strategy, cfg: TrainConfig, ctx: RankContext) -> list[Epoch
     run_dir = cfg.run_dir
     strategy.prepare()
     start = 0
-    if cfg.resume and run_dir is not None and (run_dir / CKPT).exists():
-        ckpt = load_checkpoint(run_dir)
-        if int(ckpt["world_size"]) != ctx.world_size:
-            raise ConfigError(
-                f"{run_dir / CKPT}: written by {ckpt['world_size']} ranks, resuming with {ctx.world_size}; "
-                "resume with the same --workers"
-            )
-        strategy.load_state_dict(ckpt["ranks"][ctx.rank])
-        _set_global_rng_state(ckpt["rng"][ctx.rank])
-        start = int(ckpt["epoch"]) + 1
+    resumed = _checkpoint_share(run_dir, ctx) if cfg.resume and run_dir is not None else None
+    if resumed is not None:
+        assert run_dir is not None
+        epoch, state, rng = resumed
+        strategy.load_state_dict(state)
+        _set_global_rng_state(rng)
+        start = epoch + 1
         if ctx.rank == 0:
             drop_rows_after_epoch(run_dir / "records.jsonl", start - 1)
             log.info("resuming %s from epoch %d", run_dir, start)
