@@ -188,3 +188,16 @@ def test_records_comparison_sees_a_changed_loss(tmp_path):
     (tmp_path / "b" / "records.jsonl").write_text(json.dumps({**row, "loss": float(np.nextafter(1.0, 2))}) + "\n")
     assert records(tmp_path / "a") != records(tmp_path / "b")
 
+
+
+def test_resume_from_an_unreadable_checkpoint_fails_every_rank_alike(graph_book, tmp_path):
+    """Rank 0 reads the checkpoint for every rank: when it cannot, each rank gets the error
+    (none waits for its share), and the run fails with a line naming the file."""
+    graph, book = graph_book
+    run_dir = tmp_path / "run"
+    run_training(config(graph, book, "data", run_dir, options={"stop_after_epoch": 0}))
+    (run_dir / "ckpt" / "last.pt").write_bytes(b"not a checkpoint")
+    t0 = time.monotonic()
+    with pytest.raises(GnnflowError, match="last.pt: cannot be read"):
+        run_training(config(graph, book, "data", run_dir, resume=True))
+    assert time.monotonic() - t0 < 60

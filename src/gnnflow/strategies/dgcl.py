@@ -76,7 +76,9 @@ from gnnflow.strategies.fullbatch_base import (
 
 PLANNERS = ("spst", "p2p", "swap", "replication")
 # where a plan's table names things of this run only (its shared-memory folder)
-_UNPLANNED_FIELDS = ("shm_dir",)
+# where a swap table's rows live and how hosts pass them: not the mathematics, so a checkpoint
+# resumes on another placement of ranks on hosts
+_UNPLANNED_FIELDS = ("shm_dir", "leaders", "host", "emb_send", "emb_recv", "grad_send", "grad_recv")
 
 
 def plan_digest(*parts: Any) -> str:

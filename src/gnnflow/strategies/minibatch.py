@@ -225,6 +225,10 @@ class MiniBatchStrategy(Strategy):
         self.num_classes = int(self.meta["num_classes"])
         self.in_dim = int(self.part.features.shape[1]) if self.part.features is not None else 0
         self.target_ids, self.target_labels = self.local_targets()
+        if self.own_targets() and self.target_ids.size and \
+                (np.asarray(self.node_part[self.target_ids]) != self.part.part_id).any():
+            raise ConfigError(f"rank {rank}: own_targets() holds but local_targets() gave vertices of other "
+                              "parts; the sampler would skip the exchange their first hop needs")
         self.num_batches, self.target_counts = self._plan_batches(len(self.target_ids))
         self.groups = stage_groups(("sample", "load"))
         self.sample_stats = CommStats(size)
