@@ -271,39 +271,32 @@ def alltoallv(
 
 def exchange_rows_in_rounds(
     gather: Any,
-    send_counts: list[int],
-    recv_counts: list[int],
+    matrix: np.ndarray,
     scatter: Any,
     row_shape: tuple[int, ...],
     max_bytes: int,
     stats: CommStats | None = None,
     group: Any = None,
-    matrix: np.ndarray | None = None,
 ) -> int:
     """An all-to-all of rows in rounds of at most ~``max_bytes`` sent and received per rank.
 
     ``gather(peer, lo, hi, out)`` writes rows ``lo:hi`` of what this rank sends ``peer`` into
     ``out`` (a view of the round's send buffer); ``scatter(peer, lo, hi, rows)`` takes rows
     ``lo:hi`` of what ``peer`` sent.  Round ``j`` of ``R`` carries rows
-    ``[j*c//R, (j+1)*c//R)`` of each pair's ``c`` rows, a cut both sides compute alike; ``R``
-    is the largest any rank needs (one all-reduce).  So the buffers of an exchange are two
-    rounds' worth, not the whole exchange, and rows are gathered straight into the send
-    buffer.  Collective; returns the number of rounds.  ``matrix``: the exchange's whole
-    traffic matrix in rows (:func:`count_matrix`, ``matrix[q, p]`` rows go from q to p), when
-    the caller has it: every rank then derives ``R`` from it, without the all-reduce.
+    ``[j*c//R, (j+1)*c//R)`` of each pair's ``c`` rows, a cut both sides compute alike.
+    ``matrix`` is the exchange's whole traffic matrix in rows (:func:`count_matrix`:
+    ``matrix[q, p]`` rows go from rank q to rank p), so every rank derives the same ``R``, the
+    largest any rank needs, with no further collective.  The buffers of an exchange are two
+    rounds' worth, not the whole exchange, and rows are gathered straight into the send buffer.
+    Collective; returns the number of rounds.
     """
     rank, size = world(group)
+    send_counts = [int(c) for c in matrix[rank]]
+    recv_counts = [int(c) for c in matrix[:, rank]]
     row_bytes = 4 * int(np.prod(row_shape)) if row_shape else 4
     note_progress()
-    if matrix is not None:
-        most = int(max(matrix.sum(axis=0).max(), matrix.sum(axis=1).max())) if matrix.size else 0
-        rounds_n = max(1, -(-most * row_bytes // max(1, max_bytes)))
-    else:
-        need = max(sum(send_counts), sum(recv_counts)) * row_bytes
-        rounds = torch.tensor([max(1, -(-need // max(1, max_bytes)))], dtype=torch.int64)
-        if size > 1:
-            all_reduce(rounds, HOST, op=dist.ReduceOp.MAX, group=group)
-        rounds_n = int(rounds.item())
+    most = int(max(matrix.sum(axis=0).max(), matrix.sum(axis=1).max())) if matrix.size else 0
+    rounds_n = max(1, -(-most * row_bytes // max(1, max_bytes)))
     for j in range(rounds_n):
         s_lo = [c * j // rounds_n for c in send_counts]
         s_hi = [c * (j + 1) // rounds_n for c in send_counts]

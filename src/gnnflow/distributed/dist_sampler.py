@@ -83,14 +83,6 @@ class DistNeighborSampler(LayerwiseSampler):
         # every rank's targets are its own vertices (the same setting on every rank, so the
         # first hop's skipped exchange is skipped everywhere); a target owned elsewhere is an error
         self.own_targets = bool(own_targets)
-        self._targets_hop = False
-
-    def sample_blocks(self, targets: np.ndarray | torch.Tensor) -> list[Any]:
-        self._targets_hop = self.own_targets
-        try:
-            return super().sample_blocks(targets)
-        finally:
-            self._targets_hop = False
 
     def _sample_own(self, seeds: np.ndarray, fanout: int, layer: int) -> tuple[np.ndarray, np.ndarray]:
         """Sample the rank's own ``seeds``: (per-seed counts, global source ids in CSR order)."""
@@ -112,7 +104,8 @@ class DistNeighborSampler(LayerwiseSampler):
         counts = np.zeros(frontier.shape[0], dtype=np.int64)
         own_counts, own_src = self._sample_own(frontier[own], fanout, layer)
         counts[own] = own_counts
-        targets_hop, self._targets_hop = self._targets_hop, False
+        # sample_blocks samples the output layer first, over the targets
+        targets_hop = self.own_targets and layer == len(self.fanouts) - 1
         if self.world_size == 1 or targets_hop:
             if own.size != frontier.size:
                 raise ConfigError(f"sampler: rank {self.rank} got targets it does not own (own_targets)"

@@ -207,8 +207,8 @@ class FeatureStore:
         def scatter(peer: int, lo: int, hi: int, rows: torch.Tensor) -> None:
             out.index_copy_(0, torch.from_numpy(dest_by_peer[peer][lo:hi]), rows)
 
-        exchange_rows_in_rounds(gather, [int(p.shape[0]) for p in positions], counts.tolist(), scatter,
-                                shape_tail, EXCHANGE_BYTES, self.stats, self.group, matrix=matrix.T)
+        # the rows go back the way the ids came: owner p sends rank q what q asked p for
+        exchange_rows_in_rounds(gather, matrix.T, scatter, shape_tail, EXCHANGE_BYTES, self.stats, self.group)
 
     # -- cache -------------------------------------------------------------------
     def build_cache(self, candidate_ids: np.ndarray, candidate_counts: np.ndarray, capacity: int) -> int:

@@ -121,17 +121,18 @@ def _checkpoint_share(run_dir: Path, ctx: RankContext) -> tuple[int, dict[str, A
     if ctx.rank == 0:
         shares = [None] * ctx.world_size
         if (run_dir / CKPT).exists():
+            # a problem is every rank's share: all fail alike, none waits for a share never sent
             try:
                 ckpt = load_checkpoint(run_dir)
-            except Exception as e:  # every rank fails alike, none waits for a share that never comes
-                ckpt = {"world_size": ctx.world_size, "error": f"{run_dir / CKPT}: cannot be read: {e}"}
-            if "error" in ckpt:
-                shares = [ckpt["error"]] * ctx.world_size
-            elif int(ckpt["world_size"]) != ctx.world_size:
-                shares = [f"{run_dir / CKPT}: written by {ckpt['world_size']} ranks, resuming with "
-                          f"{ctx.world_size}; resume with the same --workers"] * ctx.world_size
+            except Exception as e:
+                shares = [f"{run_dir / CKPT}: cannot be read: {e}"] * ctx.world_size
             else:
-                shares = [(int(ckpt["epoch"]), ckpt["ranks"][r], ckpt["rng"][r]) for r in range(ctx.world_size)]
+                if int(ckpt["world_size"]) != ctx.world_size:
+                    shares = [f"{run_dir / CKPT}: written by {ckpt['world_size']} ranks, resuming with "
+                              f"{ctx.world_size}; resume with the same --workers"] * ctx.world_size
+                else:
+                    shares = [(int(ckpt["epoch"]), ckpt["ranks"][r], ckpt["rng"][r])
+                              for r in range(ctx.world_size)]
     if ctx.is_distributed:
         got: list[Any] = [None]
         dist.scatter_object_list(got, shares, src=0)

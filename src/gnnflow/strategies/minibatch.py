@@ -248,11 +248,11 @@ class MiniBatchStrategy(Strategy):
         part = self.part
         ids = np.asarray(part.train_idx, dtype=np.int64)
         labels = np.asarray(part.labels)[part.global_to_local(ids)]
-        machine = self.book.node_machine if self.book is not None else None
-        if self.two_level or machine is None:
+        if self.own_targets():
             return ids, labels.astype(np.int64)
         # METIS only (Fig. 10 baseline): pool the machine's training vertices, split them randomly
         rank, size = world()
+        machine = self.book.node_machine
         my_machine = int(machine[part.inner_ids[0]]) if part.num_inner else -1
         shared: list[Any] = [None] * size
         dist.all_gather_object(shared, (my_machine, ids, labels))
@@ -291,7 +291,8 @@ class MiniBatchStrategy(Strategy):
 
     def own_targets(self) -> bool:
         """True when every rank's targets are its own part's training vertices (:meth:`local_targets`
-        without the METIS-only pooling): the sampler's first hop then needs no exchange."""
+        pools them per machine only for a METIS-only book): the sampler's first hop then needs no
+        exchange."""
         return self.two_level or self.book is None or self.book.node_machine is None
 
     def start_sampler_process(self) -> SamplerProcess:
