@@ -26,6 +26,7 @@ include: "rules/results.smk"
 
 localrules:
     all,
+    run_settings,
     prepare,
     aggregate,
     summarize,

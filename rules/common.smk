@@ -2,7 +2,8 @@
 import json
 import os
 
-from gnnflow.workflow import cli_options, expand_runs, validate_config
+from gnnflow.config import cli_options
+from gnnflow.workflow import expand_runs, validate_config, write_settings
 
 os.environ.setdefault("DGLBACKEND", "pytorch")
 os.environ.setdefault("OUTDATED_IGNORE", "1")

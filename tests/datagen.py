@@ -18,6 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
+from gnnflow.data.hetero import HeteroGraph
+
 CHUNK = 1 << 22
 
 
@@ -135,3 +137,31 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def hetero_equal(a: HeteroGraph, b: HeteroGraph) -> list[str]:
+    """Differences between two typed graphs (empty when equal); used by round-trip checks."""
+    diffs = []
+    if a.num_nodes != b.num_nodes:
+        diffs.append(f"num_nodes {a.num_nodes} != {b.num_nodes}")
+    if set(a.edges) != set(b.edges):
+        diffs.append(f"edge types {sorted(a.edges)} != {sorted(b.edges)}")
+    for e in set(a.edges) & set(b.edges):
+        for i, side in enumerate(("src", "dst")):
+            if not np.array_equal(a.edges[e][i], b.edges[e][i]):
+                diffs.append(f"{e} {side} differ")
+    if set(a.features) != set(b.features):
+        diffs.append(f"feature types {sorted(a.features)} != {sorted(b.features)}")
+    for t in set(a.features) & set(b.features):
+        if not np.array_equal(a.features[t], b.features[t]):
+            diffs.append(f"features of {t} differ")
+    for t in set(a.labels) | set(b.labels):
+        ya, yb = a.labels.get(t), b.labels.get(t)
+        if ya is None or yb is None or not np.array_equal(ya, yb):
+            diffs.append(f"labels of {t} differ")
+    for split in ("train", "val", "test"):
+        sa, sb = a.splits.get(split, {}), b.splits.get(split, {})
+        for t in set(sa) | set(sb):
+            if t not in sa or t not in sb or not np.array_equal(np.sort(sa[t]), np.sort(sb[t])):
+                diffs.append(f"{split} split of {t} differs")
+    return diffs

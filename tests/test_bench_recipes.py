@@ -18,13 +18,13 @@ def test_recipe_file_is_the_standard_recipe(model):
     of DGL 1.1.3's example (kept independently in the harness), full-graph, self-loops, 200 epochs."""
     import argparse
 
-    from gnnflow.strategies.cli_train import add_arguments, config_from_args
+    from gnnflow.cli.train import add_arguments, config_from_args
 
     parser = argparse.ArgumentParser()
     add_arguments(parser)
     cfg = config_from_args(parser.parse_args(["--config", str(DEFAULT_RECIPES / f"{model}-planetoid.yaml"),
                                               "--graph", "data/cora"]))
-    assert cfg.model == model and cfg.strategy == "single" and cfg.options["full_batch"] is True
+    assert cfg.model == model and cfg.strategy == "single" and cfg.options == {"full_batch": True}
     assert cfg.self_loops is True and cfg.eval_every == 1 and cfg.num_layers == 2
     for key, value in DGL_EXAMPLES[model].items():
         assert getattr(cfg, key) == value, key

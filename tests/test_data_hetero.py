@@ -6,21 +6,14 @@ import json
 
 import numpy as np
 import pytest
+from datagen import hetero_equal
 
 from gnnflow.cli import main as cli
-from gnnflow.data.hetero import (
-    TypeMap,
-    hetero_equal,
-    heterogenize,
-    homogenize,
-    read_typed_dir,
-    to_homogeneous_id,
-    to_type_id,
-    validate_hetero,
-    write_typed_dir,
-)
+from gnnflow.data.hetero import TypeMap, to_homogeneous_id, to_type_id, validate_hetero
 from gnnflow.data.hetero_synthetic import generate_synthetic_hetero, prepare_synthetic_hetero
+from gnnflow.data.homogenize import heterogenize, homogenize
 from gnnflow.data.store import open_store
+from gnnflow.data.typed_dir import read_typed_dir, write_typed_dir
 from gnnflow.errors import GnnflowError, StoreError
 
 SMALL = dict(num_papers=300, num_authors=400, num_institutions=20, num_fields=30, num_classes=4)

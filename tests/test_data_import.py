@@ -255,7 +255,7 @@ def test_row_normalization_needs_non_negative_features(tmp_path):
 def test_normalize_features_offered_by_every_source():
     import argparse
 
-    from gnnflow.data import cli_prepare
+    from gnnflow.cli import prepare as cli_prepare
 
     parser = argparse.ArgumentParser()
     cli_prepare.add_arguments(parser)

@@ -11,10 +11,12 @@ import time
 import numpy as np
 import pandas as pd
 import pytest
+from datagen import hetero_equal
 
 from gnnflow.cli import main as cli
 from gnnflow.data.download import check_reachable
-from gnnflow.data.hetero import HeteroGraph, hetero_equal, heterogenize, validate_hetero
+from gnnflow.data.hetero import HeteroGraph, validate_hetero
+from gnnflow.data.homogenize import heterogenize
 from gnnflow.data.ogb import ogb_info, prepare_ogb
 from gnnflow.data.store import open_store
 from gnnflow.errors import ConfigError, DownloadError

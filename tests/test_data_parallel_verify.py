@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from gnnflow.strategies.data_parallel import verify
+from gnnflow.strategies.verify.data_parallel import verify
 
 
 @pytest.mark.slow

@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from gnnflow.distributed.allgather import AllgatherStats, close_swap, graph_allgather, rank_tables
-from gnnflow.distributed.launch import run_ranks
-from gnnflow.distributed.plan import comm_relation
-from gnnflow.distributed.topology import compile_topology, load_topology
+from gnnflow.comm.allgather import AllgatherStats, close_swap, graph_allgather, rank_tables
+from gnnflow.comm.plan import comm_relation
+from gnnflow.comm.topology import compile_topology, load_topology
+from gnnflow.runtime.launch import run_ranks
 from tests.conftest import random_store_arrays
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from gnnflow.bench.allgather import fit_line
 from gnnflow.cli import main
-from gnnflow.distributed.topology import load_topology
+from gnnflow.comm.topology import load_topology
 
 
 @pytest.fixture

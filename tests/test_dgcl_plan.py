@@ -5,14 +5,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gnnflow.distributed.plan import (
+from gnnflow.comm.plan import (
     comm_relation,
     model_swap,
     plan_p2p,
     plan_spst,
     stage_cost,
 )
-from gnnflow.distributed.topology import (
+from gnnflow.comm.topology import (
     TopologyError,
     compile_topology,
     load_topology,
@@ -182,8 +182,8 @@ def test_more_than_62_parts(parts) -> None:
     """Destination masks span several 64-bit words past 64 parts: the relation from the CSR
     and from the halo lists agree with the brute-force halos, and a p2p and an SPST plan on a
     full mesh deliver every rank exactly its halo (the 62-part cap is gone)."""
-    from gnnflow.distributed.plan import comm_relation_from_halos
-    from gnnflow.distributed.topology import uniform_topology
+    from gnnflow.comm.plan import comm_relation_from_halos
+    from gnnflow.comm.topology import uniform_topology
 
     g = random_store_arrays(num_nodes=1500, avg_degree=6, seed=3)
     indptr, indices = g["indptr"], g["indices"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gnnflow.strategies.dgcl import verify
+from gnnflow.strategies.verify.fullbatch import verify_dgcl as verify
 
 
 @pytest.mark.slow
@@ -34,8 +34,8 @@ def test_verify_relay_through_third_rank(tmp_path) -> None:
 def test_training_runs_and_counts(tmp_path) -> None:
     from gnnflow.config import TrainConfig
     from gnnflow.data.synthetic import prepare_synthetic
-    from gnnflow.distributed.launch import run_ranks
     from gnnflow.partition.api import partition_graph
+    from gnnflow.runtime.launch import run_ranks
 
     graph = prepare_synthetic(tmp_path / "g", num_nodes=400, avg_degree=6, feature_dim=8, num_classes=4)
     book = partition_graph(graph.path, "metis", 2, tmp_path / "p")
@@ -64,8 +64,8 @@ def test_projection_before_the_exchange_moves_the_narrow_rows(tmp_path) -> None:
     Same losses either way; the bytes of the whole epoch shrink by exactly that."""
     from gnnflow.config import TrainConfig
     from gnnflow.data.synthetic import prepare_synthetic
-    from gnnflow.distributed.launch import run_ranks
     from gnnflow.partition.api import partition_graph
+    from gnnflow.runtime.launch import run_ranks
 
     graph = prepare_synthetic(tmp_path / "g", num_nodes=400, avg_degree=6, feature_dim=8, num_classes=4)
     book = partition_graph(graph.path, "metis", 2, tmp_path / "p")
@@ -86,7 +86,7 @@ def test_projection_before_the_exchange_moves_the_narrow_rows(tmp_path) -> None:
 def _train(ctx, cfg_dict):
     from gnnflow.config import TrainConfig
     from gnnflow.results.schema import Recorder
-    from gnnflow.strategies.dgcl import PlannedHalo
+    from gnnflow.strategies.fullbatch.dgcl import PlannedHalo
 
     s = PlannedHalo(TrainConfig.from_dict(cfg_dict), ctx)
     s.prepare()

@@ -9,9 +9,9 @@ import time
 import pytest
 import torch
 
-from gnnflow.distributed.comm import CommStats, all_to_all_rows, alltoallv, world
-from gnnflow.distributed.launch import run_ranks
+from gnnflow.comm.collectives import CommStats, all_to_all_rows, alltoallv, world
 from gnnflow.errors import DistributedError
+from gnnflow.runtime.launch import run_ranks
 
 
 def _exchange(ctx):
@@ -104,7 +104,7 @@ def test_ranks_can_return_tensors_repeatedly():
 
 _SRUN_RANK = """
 import json, torch
-from gnnflow.distributed.launch import run_ranks
+from gnnflow.runtime.launch import run_ranks
 from gnnflow.io import configure_logging
 
 configure_logging()

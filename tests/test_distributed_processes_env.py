@@ -1,11 +1,11 @@
-"""gnnflow.distributed.processes: the huge-page tunable the launcher and the CLI add, and the
+"""gnnflow.runtime.processes: the huge-page tunable the launcher and the CLI add, and the
 environment change that lasts only while processes are started."""
 
 from __future__ import annotations
 
 import os
 
-from gnnflow.distributed.processes import (
+from gnnflow.runtime.processes import (
     HUGEPAGES_TUNABLE,
     TUNABLES_ENV,
     environ_set,

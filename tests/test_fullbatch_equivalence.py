@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from gnnflow.strategies.fullbatch import verify
+from gnnflow.strategies.verify.fullbatch import verify_row1d as verify
 
 
 @pytest.mark.parametrize(
@@ -57,7 +57,7 @@ def test_verify_rejects_other_models():
 def _train_rank(ctx, cfg_dict, epochs):
     from gnnflow.config import TrainConfig
     from gnnflow.results.schema import Recorder
-    from gnnflow.strategies.fullbatch import FullBatch
+    from gnnflow.strategies.fullbatch.row1d import FullBatch
 
     s = FullBatch(TrainConfig.from_dict(cfg_dict), ctx)
     s.prepare()
@@ -72,8 +72,8 @@ def test_accuracy_matches_single_process_on_default_graph(tmp_path):
     from gnnflow.config import TrainConfig
     from gnnflow.data.csr import with_self_loops
     from gnnflow.data.synthetic import prepare_synthetic
-    from gnnflow.distributed.launch import run_ranks
     from gnnflow.nn import build_model
+    from gnnflow.runtime.launch import run_ranks
     from gnnflow.sampling import Block
     from gnnflow.strategies.common import seed_everything as seed_all
 
@@ -120,8 +120,8 @@ def test_buffer_reuse_backward_equals_autograd_with_dropout(tmp_path):
     from gnnflow.config import TrainConfig
     from gnnflow.data.synthetic import prepare_synthetic
     from gnnflow.results.schema import Recorder
-    from gnnflow.strategies.base import RankContext
-    from gnnflow.strategies.fullbatch import FullBatch
+    from gnnflow.runtime.context import RankContext
+    from gnnflow.strategies.fullbatch.row1d import FullBatch
 
     # feature_dim > 2 * hidden: the first layer runs GEMM first and keeps its backward SpMM
     store = prepare_synthetic(tmp_path / "g", num_nodes=300, avg_degree=5, feature_dim=60, num_classes=4)

@@ -6,9 +6,15 @@ import numpy as np
 import pytest
 import torch
 
-from gnnflow.distributed.launch import run_ranks
-from gnnflow.distributed.spmm import BroadcastSpMM, CsrTile, csr_tiles, dist_spmm, transpose_tiles
-from gnnflow.strategies.fullbatch import RowPartition, natural_blocks, tile_balance
+from gnnflow.runtime.launch import run_ranks
+from gnnflow.strategies.fullbatch.row1d import RowPartition, natural_blocks, tile_balance
+from gnnflow.strategies.fullbatch.spmm import (
+    BroadcastSpMM,
+    CsrTile,
+    csr_tiles,
+    dist_spmm,
+    transpose_tiles,
+)
 
 
 def _matrix(n: int = 60, density: float = 0.1, seed: int = 0) -> np.ndarray:
@@ -79,7 +85,7 @@ def test_skipping_a_round_is_detected():
 
 
 def test_csr_tile_kernel_and_torch_fallback_agree(monkeypatch):
-    import gnnflow.distributed.spmm as spmm
+    import gnnflow.strategies.fullbatch.spmm as spmm
 
     a = _matrix(40)
     r, c = np.nonzero(a)
@@ -113,7 +119,7 @@ def test_kernel_cache_is_keyed_by_the_cpu(monkeypatch, tmp_path):
     CPU: the key includes the model name and feature flags (issue 20)."""
     import shutil
 
-    from gnnflow.distributed import spmm
+    from gnnflow.strategies.fullbatch import spmm
 
     if shutil.which("cc") is None:
         pytest.skip("no C compiler")

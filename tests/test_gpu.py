@@ -2,7 +2,7 @@
 
 Marked ``gpu``; skipped where ``torch.cuda.is_available()`` is False.  Two ranks need two GPUs
 for NCCL; on one GPU they share it and CUDA tensors go over gloo (``cpu:gloo,cuda:gloo``,
-:func:`gnnflow.distributed.devices.default_backend`).  Run: ``pytest -m gpu tests/test_gpu.py``.
+:func:`gnnflow.runtime.devices.default_backend`).  Run: ``pytest -m gpu tests/test_gpu.py``.
 """
 
 from __future__ import annotations
@@ -74,7 +74,7 @@ def test_strategy_on_cuda_matches_cpu(strategy, workers, graph_book, tmp_path):
 
 
 def test_device_copier_reuses_pinned_buffers():
-    from gnnflow.distributed.pipeline import DeviceCopier
+    from gnnflow.strategies.minibatch.pipeline import DeviceCopier
 
     copier = DeviceCopier("cuda")
     x = torch.randn(100, 8)
@@ -98,7 +98,7 @@ def test_recorder_times_gpu_work_with_cuda_events():
 
 
 def test_ranks_compute_on_their_own_gpu():
-    from gnnflow.distributed.launch import run_ranks
+    from gnnflow.runtime.launch import run_ranks
 
     got = run_ranks(_current_device, 2, device="cuda")
     n = torch.cuda.device_count()

@@ -5,15 +5,15 @@ from __future__ import annotations
 import pytest
 import torch
 
-from gnnflow.distributed.aep import (
+from gnnflow.runtime.launch import run_ranks
+from gnnflow.strategies.hec.cache import EmbeddingCache
+from gnnflow.strategies.hec.push import (
     EmbeddingPush,
     build_db_halo,
     exchange_halo_ids,
     pack_rows,
     unpack_rows,
 )
-from gnnflow.distributed.hec import EmbeddingCache
-from gnnflow.distributed.launch import run_ranks
 
 SOLID_PER_RANK = 5
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from gnnflow.distributed.hec import EmbeddingCache
+from gnnflow.strategies.hec.cache import EmbeddingCache
 
 
 class ReferenceHEC:

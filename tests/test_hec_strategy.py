@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from gnnflow.sampling import Block
-from gnnflow.strategies.hec import LocalHaloSampler, drop_sources
+from gnnflow.strategies.hec.strategy import LocalHaloSampler, drop_sources
+from gnnflow.strategies.hec.strategy import HECOptions
 from gnnflow.strategies.memory import hec_cache_lines
 
 
@@ -60,15 +61,15 @@ def test_local_sampler_keeps_halos_as_leaves(tiny_book):
 
 def test_default_cache_size_scales_like_products_within_the_halo_and_the_budget():
     sage3 = [100, 256, 256]  # every layer's input width: 2448 bytes per line over the three layers
-    unbounded = {"cache_mib": 1 << 20}
+    unbounded = HECOptions(cache_mib=1 << 20)
     assert hec_cache_lines(2_449_029, 2_000_000, sage3, unbounded) == 1_000_000  # the paper's §4.4 figure
     assert hec_cache_lines(32_768, 20_000, sage3, unbounded) == 13_380  # scaled to the graph
     assert hec_cache_lines(32_768, 5_000, sage3, unbounded) == 5_000  # only halo vertices are cached
     # the default budget: 512 MiB of lines over the three layers (products, 4 ranks: 1.7M halo each)
-    assert hec_cache_lines(2_449_029, 1_704_246, sage3) == (512 << 20) // (4 * 612) == 219_310
-    assert hec_cache_lines(2_449_029, 1_704_246, sage3, {"cache_mib": 1024}) == 438_620
-    assert hec_cache_lines(2_449_029, 1_704_246, sage3, {"cs": "77"}) == 77  # cs wins over the default
-    assert hec_cache_lines(10, 0, sage3) == 1
+    assert hec_cache_lines(2_449_029, 1_704_246, sage3, HECOptions()) == (512 << 20) // (4 * 612) == 219_310
+    assert hec_cache_lines(2_449_029, 1_704_246, sage3, HECOptions.parse({"cache_mib": 1024})) == 438_620
+    assert hec_cache_lines(2_449_029, 1_704_246, sage3, HECOptions.parse({"cs": "77"})) == 77  # cs wins over the default
+    assert hec_cache_lines(10, 0, sage3, HECOptions()) == 1
 
 
 # ---------------------------------------------------------------------------- training
@@ -82,7 +83,7 @@ def _cfg(graph, partition, strategy, workers, epochs, **kw):
 @pytest.mark.parametrize("model,delay", [("sage", 1), ("gat", 0), ("gcn", 2)])
 def test_hec_trains_and_records_per_layer_figures(tiny_store, tiny_book, model, delay):
     from gnnflow.bench.hec import train_rank
-    from gnnflow.distributed.launch import run_ranks
+    from gnnflow.runtime.launch import run_ranks
 
     cfg = _cfg(tiny_store.path, tiny_book.path, "hec", 2, 2, model=model, options={"nc": 7, "d": delay})
     res = run_ranks(train_rank, 2, cfg, 2, True, timeout_s=120)
@@ -105,7 +106,7 @@ def test_hec_trains_and_records_per_layer_figures(tiny_store, tiny_book, model, 
 
 def test_hec_without_cache_communicates_nothing_but_gradients(tiny_store, tiny_book):
     from gnnflow.bench.hec import train_rank
-    from gnnflow.distributed.launch import run_ranks
+    from gnnflow.runtime.launch import run_ranks
 
     res = run_ranks(train_rank, 2, _cfg(tiny_store.path, tiny_book.path, "hec", 2, 1, options={"cs": 0}), 1,
                     timeout_s=120)
@@ -118,8 +119,8 @@ def test_hec_without_cache_communicates_nothing_but_gradients(tiny_store, tiny_b
 def test_bad_options_are_config_errors(tiny_store, tiny_book):
     from gnnflow.config import TrainConfig
     from gnnflow.errors import ConfigError
-    from gnnflow.strategies.base import RankContext
-    from gnnflow.strategies.hec import HistoricalEmbeddingCache
+    from gnnflow.runtime.context import RankContext
+    from gnnflow.strategies.hec.strategy import HistoricalEmbeddingCache
 
     for opts in ({"ls": -1}, {"nc": "many"}, {"d": -2}):
         cfg = TrainConfig.from_dict(_cfg(tiny_store.path, tiny_book.path, "hec", 2, 1, options=opts))
@@ -142,7 +143,7 @@ def default_graph(tmp_path_factory):
 def test_accuracy_matches_single_process_at_equal_epochs(default_graph):
     """Acceptance 2 (DistGNN-MB §4.5 criterion: within 1 point of single-process test accuracy)."""
     from gnnflow.bench.hec import train_rank
-    from gnnflow.distributed.launch import run_ranks
+    from gnnflow.runtime.launch import run_ranks
 
     store, book = default_graph
     epochs, local_batch, workers = 10, 512, 4
@@ -168,7 +169,7 @@ def test_trace_has_one_row_per_iteration_and_layer(tiny_store, tiny_book, tmp_pa
     import json
 
     from gnnflow.bench.hec import train_rank
-    from gnnflow.distributed.launch import run_ranks
+    from gnnflow.runtime.launch import run_ranks
 
     cfg = _cfg(tiny_store.path, tiny_book.path, "hec", 2, 1, out=str(tmp_path / "run"),
                options={"trace": "true", "nc": 5})

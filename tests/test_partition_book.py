@@ -79,8 +79,8 @@ def test_write_rows_in_chunks_from_memmap(tmp_path):
 
 
 def test_constraint_weights_at_idx_width_match_int64(tiny_store):
+    from gnnflow.io import as_idx
     from gnnflow.partition.constraints import constraint_weights
-    from gnnflow.partition.metis import as_idx
 
     names = ["vertices", "train", "edges"]
     w64 = constraint_weights(tiny_store, names)

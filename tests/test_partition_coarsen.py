@@ -9,10 +9,11 @@ import numpy as np
 import pytest
 
 from gnnflow.errors import ConfigError
+from gnnflow.io import as_idx
 from gnnflow.partition import coarsen
 from gnnflow.partition.api import partition_graph
 from gnnflow.partition.constraints import balance, constraint_weights
-from gnnflow.partition.metis import as_idx, part_graph_kway
+from gnnflow.partition.metis import part_graph_kway
 from gnnflow.partition.metrics import edge_cut
 
 NAMES = ["vertices", "train", "edges"]

@@ -5,14 +5,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gnnflow.distributed.launch import run_ranks
+from gnnflow.runtime.launch import run_ranks
 
 MODELS = ("sage", "gcn", "gat")
 
 
 def _infer_rank(ctx, graph, book):
     from gnnflow.config import TrainConfig
-    from gnnflow.strategies.data_parallel import DataParallel
+    from gnnflow.strategies.minibatch.data_parallel import DataParallel
 
     out = {}
     for model in MODELS:

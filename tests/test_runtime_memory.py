@@ -11,8 +11,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gnnflow.distributed.launch import run_ranks
 from gnnflow.io import proc_memory
+from gnnflow.runtime.launch import run_ranks
 
 
 def graph_bytes(path) -> int:
@@ -36,7 +36,7 @@ def _memory_rank(ctx, cfg_dict, iterations):
 
     from gnnflow.config import TrainConfig
     from gnnflow.results.schema import Recorder
-    from gnnflow.strategies.data_parallel import DataParallel
+    from gnnflow.strategies.minibatch.data_parallel import DataParallel
 
     bare = psutil.Process().memory_info().rss
     s = DataParallel(TrainConfig.from_dict(cfg_dict), ctx)

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 import torch
 
-from gnnflow.distributed.launch import run_ranks
-from gnnflow.distributed.pipeline import MiniBatch, MiniBatchPipeline
 from gnnflow.errors import DistributedError
+from gnnflow.runtime.launch import run_ranks
+from gnnflow.strategies.minibatch.pipeline import MiniBatch, MiniBatchPipeline
 
 
 def _schedule(epochs: int, per_epoch: int):
@@ -88,8 +88,8 @@ def _collectives_rank(ctx):
     """Pipeline threads exchange on their own groups while the training thread all-reduces."""
     import torch.distributed as dist
 
-    from gnnflow.distributed.comm import alltoallv
-    from gnnflow.distributed.pipeline import stage_groups
+    from gnnflow.comm.collectives import alltoallv
+    from gnnflow.strategies.minibatch.pipeline import stage_groups
 
     groups = stage_groups(("sample", "load"))
     size = ctx.world_size

@@ -1,6 +1,6 @@
 """Issue 22, acceptance 1: which device and backend every collective uses, checked without a GPU.
 
-The choices are pure functions (:mod:`gnnflow.distributed.devices`), tested here for CUDA.  The
+The choices are pure functions (:mod:`gnnflow.runtime.devices`), tested here for CUDA.  The
 strategies are then run with 2 ranks on CPU with ``GNNFLOW_PLACEMENT_LOG`` set: every collective
 logs its call site and the kind of its tensors (host bookkeeping or compute payload).  Each site
 must use the kind ``SITES`` gives it (so a site that sends bookkeeping through the payload path,
@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from gnnflow.distributed import devices
-from gnnflow.distributed.devices import (
+from gnnflow.runtime import devices
+from gnnflow.runtime.devices import (
     COMPUTE,
     CUDA_BACKEND,
     HOST,
@@ -37,29 +37,29 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "gnnflow"
 # call site -> kind of its tensors, for the collectives the runs below make
 SITES = {
     # bookkeeping: counts, plans, ids, degrees, evaluation sums, halo lists -> host (gloo)
-    "gnnflow.distributed.comm:exchange_counts": HOST,
-    "gnnflow.distributed.comm:exchange_rows_in_rounds": HOST,  # the CPU feature store's rows
-    "gnnflow.distributed.comm:part_degrees": HOST,
-    "gnnflow.distributed.feature_store:FeatureStore._exchange": HOST,
-    "gnnflow.distributed.dist_sampler:DistNeighborSampler.sample_neighbors": HOST,
-    "gnnflow.distributed.dist_sampler:DistNeighborSampler._reply": HOST,
-    "gnnflow.distributed.split_sampling:sp_sample": HOST,
-    "gnnflow.distributed.aep:exchange_halo_ids": HOST,
-    "gnnflow.distributed.inference:_rounds": HOST,
-    "gnnflow.strategies.minibatch:MiniBatchStrategy._plan_batches": HOST,
+    "gnnflow.comm.collectives:exchange_counts": HOST,
+    "gnnflow.comm.collectives:exchange_rows_in_rounds": HOST,  # the CPU feature store's rows
+    "gnnflow.comm.collectives:part_degrees": HOST,
+    "gnnflow.strategies.minibatch.feature_store:FeatureStore._exchange": HOST,
+    "gnnflow.strategies.minibatch.sampler:DistNeighborSampler.sample_neighbors": HOST,
+    "gnnflow.strategies.minibatch.sampler:DistNeighborSampler._reply": HOST,
+    "gnnflow.strategies.split.sampling:sp_sample": HOST,
+    "gnnflow.strategies.hec.push:exchange_halo_ids": HOST,
+    "gnnflow.strategies.minibatch.inference:_rounds": HOST,
+    "gnnflow.strategies.minibatch.base:MiniBatchStrategy._plan_batches": HOST,
     "gnnflow.strategies.metrics:reduce_sums": HOST,
-    "gnnflow.strategies.split_parallel:SplitParallel.group_split_metrics": HOST,
-    "gnnflow.strategies.fullbatch:global_out_degrees": HOST,
-    "gnnflow.strategies.fullbatch:FullBatch.prepare": HOST,
+    "gnnflow.strategies.split.split_parallel:SplitParallel.group_split_metrics": HOST,
+    "gnnflow.strategies.fullbatch.row1d:global_out_degrees": HOST,
+    "gnnflow.strategies.fullbatch.row1d:FullBatch.prepare": HOST,
     # payload: parameters, gradients, activations, embeddings, SpMM operands -> compute (NCCL)
-    "gnnflow.strategies.minibatch:MiniBatchStrategy.build_model": COMPUTE,
-    "gnnflow.distributed.comm:all_reduce_gradients": COMPUTE,
-    "gnnflow.distributed.comm:AllToAllRows.backward": COMPUTE,
-    "gnnflow.strategies.p3:PushPull.compute_loss": COMPUTE,
-    "gnnflow.strategies.split_parallel:sp_forward": COMPUTE,
-    "gnnflow.distributed.aep:EmbeddingPush._push": COMPUTE,
-    "gnnflow.distributed.spmm:BroadcastSpMM.__call__.<locals>.start": COMPUTE,
-    "gnnflow.distributed.allgather:_exchange": COMPUTE,
+    "gnnflow.strategies.minibatch.base:MiniBatchStrategy.build_model": COMPUTE,
+    "gnnflow.comm.collectives:all_reduce_gradients": COMPUTE,
+    "gnnflow.comm.collectives:AllToAllRows.backward": COMPUTE,
+    "gnnflow.strategies.split.p3:PushPull.compute_loss": COMPUTE,
+    "gnnflow.strategies.split.split_parallel:sp_forward": COMPUTE,
+    "gnnflow.strategies.hec.push:EmbeddingPush._push": COMPUTE,
+    "gnnflow.strategies.fullbatch.spmm:BroadcastSpMM.__call__.<locals>.start": COMPUTE,
+    "gnnflow.comm.allgather:_exchange": COMPUTE,
 }
 
 
@@ -107,7 +107,7 @@ def test_every_tensor_collective_goes_through_the_checked_wrappers():
                      r"scatter|gather|send|recv|isend|irecv|batch_isend_irecv)\(")
     offenders = [f"{p.relative_to(SRC)}:{i}" for p in SRC.rglob("*.py") if p.name != "comm.py"
                  for i, line in enumerate(p.read_text().splitlines(), 1) if raw.search(line)]
-    assert not offenders, f"collectives outside gnnflow.distributed.comm's checked wrappers: {offenders}"
+    assert not offenders, f"collectives outside gnnflow.comm.collectives's checked wrappers: {offenders}"
 
 
 # ------------------------------------------------------------------ every site of the real strategies

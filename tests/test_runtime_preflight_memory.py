@@ -20,13 +20,13 @@ import pytest
 from conftest import synthetic_graph_book
 
 from gnnflow.config import TrainConfig
+from gnnflow.strategies.base import strategy_class
 from gnnflow.strategies.memory import (
     AVAILABLE_ENV,
     BASE,
     MIB,
     GraphSizes,
     estimate,
-    estimate_run,
     sampled_layers,
 )
 
@@ -101,7 +101,7 @@ def test_refusal_uses_this_hosts_memory_without_the_knob(tmp_path):
     graph, book = fake_graph(tmp_path, 10_000_000, 25.0, 16)
     cfg = TrainConfig(graph=graph, partition=book, strategy="data", workers=16, model="sage", hidden=256,
                       num_layers=3, fanouts=[15, 10, 5], batch_size=4000, epochs=1)
-    if estimate_run(cfg).total <= avail:
+    if strategy_class(cfg.strategy).estimate_memory(cfg).total <= avail:
         pytest.skip(f"this host has {avail / MIB:.0f} MiB available ({source}): the 10M graph fits")
     env = {k: v for k, v in os.environ.items() if k != AVAILABLE_ENV}
     out = tmp_path / "run"
@@ -136,9 +136,9 @@ def test_estimate_terms_follow_the_sizes():
                        num_train=196_000)
     cfg = TrainConfig(graph="-", strategy="data", workers=4, model="sage", hidden=256, num_layers=3,
                       fanouts=[15, 10, 5], batch_size=4000)
-    four = estimate(cfg, sizes)
+    four = estimate(cfg, sizes, strategy_class("data"))
     cfg8 = TrainConfig.from_dict({**cfg.to_dict(), "workers": 8})
-    eight = estimate(cfg8, sizes)
+    eight = estimate(cfg8, sizes, strategy_class("data"))
     assert eight.total > four.total and eight.max_rank < four.max_rank
     assert four.ranks[0]["shard_features"] == pytest.approx(4 * 100 * 2_449_029 / 4, rel=1e-6)
     levels = sampled_layers(1000, [15, 10, 5], 2_449_029, 123_675_964)
@@ -146,7 +146,7 @@ def test_estimate_terms_follow_the_sizes():
     assert levels[0] < 0.65 * 2_449_029  # saturates below the vertex count
     for s in ("single", "data", "split", "p3", "hec", "fullbatch", "dgcl", "distdgl"):
         c = TrainConfig.from_dict({**cfg.to_dict(), "strategy": s, "workers": 1 if s == "single" else 4})
-        est = estimate(c, sizes)
+        est = estimate(c, sizes, strategy_class(s))
         assert all(v >= 0 for t in est.ranks for v in t.values()), s
         assert est.max_rank > BASE, s
         assert "MiB per rank" in est.line()
@@ -160,7 +160,8 @@ def test_baseline_term_matches_a_rank_on_a_tiny_graph(tmp_path):
     proc = _train("--strategy", "data", "--graph", graph, "--partition", book, "--workers", "2", "--hidden", "16",
                   "--batch-size", "128", "--epochs", "1", "--out", str(out))
     assert proc.returncode == 0, proc.stderr[-3000:]
-    est = estimate_run(TrainConfig.from_dict(json.loads((out / "run.json").read_text())["config"]))
+    cfg = TrainConfig.from_dict(json.loads((out / "run.json").read_text())["config"])
+    est = strategy_class(cfg.strategy).estimate_memory(cfg)
     rows = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
     assert sorted(r["rank"] for r in rows) == [0, 1]
     ratios = {r["rank"]: r["mem_peak_rss_mib"] * MIB / est.rank_peak(r["rank"]) for r in rows}
@@ -198,7 +199,8 @@ def test_estimate_within_25_percent_of_the_measured_peak(measured_graph, strateg
                   "--batch-size", "2000", "--epochs", "1", "--out", str(out), timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     run = json.loads((out / "run.json").read_text())
-    est = estimate_run(TrainConfig.from_dict(run["config"]))
+    cfg = TrainConfig.from_dict(run["config"])
+    est = strategy_class(cfg.strategy).estimate_memory(cfg)
     rows = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
     assert len(rows) == 2
     for row in rows:
@@ -214,7 +216,7 @@ def test_estimate_within_25_percent_of_the_measured_peak(measured_graph, strateg
 
 def test_a_host_of_several_counts_its_share_of_the_ranks(monkeypatch):
     """With ``--nnodes`` (gnnflow's launcher on each host) the preflight counts this host's ranks only."""
-    from gnnflow.distributed.launch import NODES_ENV
+    from gnnflow.runtime.hosts import NODES_ENV
     from gnnflow.strategies.memory import ranks_on_this_host
 
     cfg = TrainConfig(graph="-", strategy="data", workers=4)

@@ -13,12 +13,12 @@ import torch
 from conftest import synthetic_graph_book
 
 from gnnflow.config import TrainConfig
-from gnnflow.distributed.pipeline import MiniBatch
 from gnnflow.errors import ConfigError, DistributedError
 from gnnflow.results.schema import is_measurement
-from gnnflow.strategies.base import RankContext
-from gnnflow.strategies.data_parallel import DataParallel
+from gnnflow.runtime.context import RankContext
 from gnnflow.strategies.driver import load_checkpoint, run_training
+from gnnflow.strategies.minibatch.data_parallel import DataParallel
+from gnnflow.strategies.minibatch.pipeline import MiniBatch
 
 
 @pytest.fixture(scope="module")
@@ -58,7 +58,7 @@ def _batch(s: DataParallel, epoch: int, index: int, size: int) -> MiniBatch:
 
 
 def test_sampler_process_batches_equal_the_in_process_stages(strategy):
-    from gnnflow.distributed.sampler_process import SamplerProcess
+    from gnnflow.strategies.minibatch.sampler_process import SamplerProcess
 
     s = strategy
     assert s.samplers == "process" and s.sampler_proc is not None
@@ -127,7 +127,7 @@ def test_two_ranks_train_identically_with_process_and_thread_samplers(graph_book
 
 
 def test_process_samplers_refused_for_a_strategy_with_its_own_stages(graph_book):
-    from gnnflow.strategies.p3 import PushPull
+    from gnnflow.strategies.split.p3 import PushPull
 
     cfg = TrainConfig(graph=graph_book[0], strategy="p3", options={"samplers": "process"})
     with pytest.raises(ConfigError, match="samplers=process: strategy 'p3' has its own"):

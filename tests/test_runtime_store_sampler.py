@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from gnnflow.distributed.launch import run_ranks
+from gnnflow.runtime.launch import run_ranks
 
 
 @pytest.fixture
@@ -18,10 +18,10 @@ def tiny_book(tiny_store, tmp_path):
 
 
 def _store_and_sampler_rank(ctx, book_path):
-    from gnnflow.distributed.comm import CommStats
-    from gnnflow.distributed.dist_sampler import DistNeighborSampler
-    from gnnflow.distributed.feature_store import FeatureStore
+    from gnnflow.comm.collectives import CommStats
     from gnnflow.partition.book import PartitionBook
+    from gnnflow.strategies.minibatch.feature_store import FeatureStore
+    from gnnflow.strategies.minibatch.sampler import DistNeighborSampler
 
     book = PartitionBook.open(book_path)
     part = book.load_part(ctx.rank)
@@ -107,8 +107,8 @@ def test_feature_store_and_distributed_sampler(tiny_book):
 
 
 def _replicate_rank(ctx, book_path):
-    from gnnflow.distributed.dist_sampler import make_sampler
     from gnnflow.partition.book import PartitionBook
+    from gnnflow.strategies.minibatch.sampler import make_sampler
 
     book = PartitionBook.open(book_path)
     part = book.load_part(ctx.rank)
@@ -124,10 +124,10 @@ def test_replicate_structure_uses_full_csr(tiny_book):
 
 
 def _own_targets_rank(ctx, book_path, fanouts):
-    from gnnflow.distributed.comm import CommStats
-    from gnnflow.distributed.dist_sampler import DistNeighborSampler
+    from gnnflow.comm.collectives import CommStats
     from gnnflow.errors import ConfigError
     from gnnflow.partition.book import PartitionBook
+    from gnnflow.strategies.minibatch.sampler import DistNeighborSampler
 
     book = PartitionBook.open(book_path)
     part = book.load_part(ctx.rank)
@@ -177,8 +177,8 @@ def test_own_targets_skip_the_first_exchange_and_sample_the_same(tiny_book, fano
 
 
 def _rounds_rank(ctx, book_path):
-    import gnnflow.distributed.feature_store as fs_mod
-    from gnnflow.distributed.comm import CommStats
+    import gnnflow.strategies.minibatch.feature_store as fs_mod
+    from gnnflow.comm.collectives import CommStats
     from gnnflow.partition.book import PartitionBook
 
     book = PartitionBook.open(book_path)

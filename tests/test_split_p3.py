@@ -9,7 +9,7 @@ from conftest import random_store_arrays
 
 from gnnflow.nn import build_model
 from gnnflow.sampling import NeighborSampler
-from gnnflow.strategies.p3 import feature_columns, finish_first_layer, partial_first_layer
+from gnnflow.strategies.split.p3 import feature_columns, finish_first_layer, partial_first_layer
 
 
 @pytest.mark.parametrize("model", ["sage", "gcn", "gat", "mlp"])

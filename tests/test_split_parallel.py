@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gnnflow.strategies.split_parallel import verify
+from gnnflow.strategies.verify.split import verify
 
 
 @pytest.mark.parametrize("model,workers", [("sage", 2), ("gat", 2),

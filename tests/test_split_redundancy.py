@@ -5,7 +5,11 @@ from __future__ import annotations
 import numpy as np
 from conftest import random_store_arrays
 
-from gnnflow.distributed.redundancy import combine_split_counts, redundancy, sampled_split_metrics
+from gnnflow.strategies.split.redundancy import (
+    combine_split_counts,
+    redundancy,
+    sampled_split_metrics,
+)
 
 
 def test_combine_split_counts_imbalance_and_cross_fraction():

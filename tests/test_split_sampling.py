@@ -7,9 +7,9 @@ import pytest
 import torch
 from conftest import random_store_arrays
 
-from gnnflow.distributed.comm import alltoallv
-from gnnflow.distributed.launch import run_ranks
-from gnnflow.distributed.split_sampling import SplitGraph, SplitSampler, sp_sample
+from gnnflow.comm.collectives import alltoallv
+from gnnflow.runtime.launch import run_ranks
+from gnnflow.strategies.split.sampling import SplitGraph, SplitSampler, sp_sample
 
 FANOUTS = [3, 2]
 

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from gnnflow.config import TrainConfig
-from gnnflow.distributed.launch import run_ranks
 from gnnflow.errors import ConfigError, DistributedError
+from gnnflow.runtime.launch import run_ranks
 
 
 @pytest.fixture(scope="module")

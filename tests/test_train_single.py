@@ -120,7 +120,7 @@ def test_existing_run_needs_resume(tiny_store, tmp_path, one_thread):
 
 
 def test_cli_yaml_overridden_by_flags(tiny_store, tmp_path, one_thread):
-    from gnnflow.strategies.cli_train import add_arguments, config_from_args
+    from gnnflow.cli.train import add_arguments, config_from_args
 
     yml = tmp_path / "c.yaml"
     yml.write_text(f"graph: {tiny_store.path}\nmodel: gcn\nhidden: 8\nfanouts: 5,5\noptions:\n  full_batch: false\n")
@@ -194,7 +194,7 @@ def test_sigkill_then_resume_equals_uninterrupted(tiny_store, tmp_path, one_thre
 def test_option_shortcut_flags_map_to_options():
     import argparse
 
-    from gnnflow.strategies import cli_train
+    from gnnflow.cli import train as cli_train
 
     parser = argparse.ArgumentParser()
     cli_train.add_arguments(parser)

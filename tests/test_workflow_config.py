@@ -21,7 +21,7 @@ PAPER_CONFIGS = sorted(p for p in (ROOT / "config" / "paper").glob("*.yaml") if 
 
 
 def _validate(cfg):
-    return validate_config(copy.deepcopy(cfg), use_snakemake=True)
+    return validate_config(copy.deepcopy(cfg))
 
 
 def test_default_config_is_valid_and_runs_every_strategy():
@@ -63,11 +63,12 @@ def test_sweep_product_and_readable_names():
     assert len(set(names)) == len(names)
     assert "abl-data-synthetic-sage-w4-metis4-f10x10-pipelineTrue" in names
     run = next(r for r in runs if r.name == "abl-split-synthetic-sage-w4-metis4-f5x5-pipelineFalse")
-    assert "--fanouts 5,5" in run.train_args() and "--opt pipeline=false" in run.train_args()
-    assert "--force" not in run.train_args()  # the memory preflight refuses unless the config says so
+    settings = run.train_settings()
+    assert settings["fanouts"] == [5, 5] and settings["options"] == {"pipeline": False}
+    assert not settings.get("force")  # the memory preflight refuses unless the config says so
     cfg["train"]["sweeps"][0]["force"] = True
     forced = expand_runs(_validate(cfg))
-    assert all("--force" in r.train_args() for r in forced)
+    assert all(r.train_settings()["force"] is True for r in forced)
 
 
 def _snakemake(*args, cwd=ROOT):

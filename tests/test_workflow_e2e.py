@@ -203,7 +203,7 @@ def spanning_runs() -> list[str]:
 
     from gnnflow.workflow import expand_runs, validate_config
 
-    config = validate_config(yaml.safe_load(DEFAULT.read_text()), use_snakemake=False)
+    config = validate_config(yaml.safe_load(DEFAULT.read_text()))
     return [r.name for r in expand_runs(config) if r.workers == 4]
 
 

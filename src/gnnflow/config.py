@@ -1,172 +1,167 @@
-"""Training configuration shared by every strategy."""
+"""A training run's settings, declared once: :class:`TrainConfig`.
+
+Every field of :class:`TrainConfig` carries its help, default and limits (:func:`setting`).
+Everything else derives from the fields:
+
+* ``gnnflow train``'s flags (:func:`add_train_arguments`, :func:`config_from_args`): a flag per
+  field, named after it unless the field says otherwise (``--layers`` for ``num_layers``);
+* the workflow schema's training settings (:func:`settings_schema`), each of which a sweep may
+  list; the workflow writes a run's settings to a YAML file and calls ``gnnflow train --config``;
+* the checks a config passes when it is made (:meth:`TrainConfig.validate`).
+
+Strategy options (``options``) are typed per strategy (:mod:`gnnflow.options`); the strategy
+names, their classes and the model names are the vocabulary below (:data:`STRATEGIES`,
+:data:`MODELS`).
+"""
 
 from __future__ import annotations
 
 import dataclasses
+import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from gnnflow.errors import ConfigError
+from gnnflow.options import StrategyOptions
 
+#: strategy name -> "module:Class"; the module is imported when the strategy is used
+STRATEGIES: dict[str, str] = {
+    "single": "gnnflow.strategies.single:SingleProcess",
+    "data": "gnnflow.strategies.minibatch.data_parallel:DataParallel",
+    "distdgl": "gnnflow.strategies.distdgl:DistDGLBaseline",
+    "split": "gnnflow.strategies.split.split_parallel:SplitParallel",
+    "p3": "gnnflow.strategies.split.p3:PushPull",
+    "fullbatch": "gnnflow.strategies.fullbatch.row1d:FullBatch",
+    "hec": "gnnflow.strategies.hec.strategy:HistoricalEmbeddingCache",
+    "dgcl": "gnnflow.strategies.fullbatch.dgcl:PlannedHalo",
+}
 MODELS = ("sage", "gcn", "gat", "mlp")  # mlp: the no-graph baseline (nn.DstLinear)
 ACTIVATIONS = ("relu", "elu")  # hidden activations (gnnflow.nn.model)
 AGGREGATORS = ("mean", "gcn")  # GraphSAGE aggregators (gnnflow.nn.sage)
 #: models whose standard recipe adds self-loops (Kipf & Welling's A + I; GAT attends to itself)
 SELF_LOOP_MODELS = ("gcn", "gat")
 GCN_DEGREES = ("graph", "block")
+DEVICES = ("cpu", "cuda")
 
 
-def env_seconds(name: str, default: float) -> float:
-    """A positive number of seconds from environment variable ``name`` (unset or empty: ``default``)."""
-    import os
+def setting(default: Any, help: str, *, choices: Sequence[Any] | None = None, minimum: float | None = None,
+            below: float | None = None, positive: bool = False, flag: str | None = None,
+            label: str | None = None, workflow: bool = True) -> Any:
+    """A field of :class:`TrainConfig` with what its flag, schema and checks need.
 
-    text = os.environ.get(name, "").strip()
-    if not text:
-        return default
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not value > 0:
-        raise ConfigError(f"{name}={text!r}: expected a positive number of seconds")
-    return value
-
-
-TRUE_WORDS, FALSE_WORDS = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
-
-
-def option_bool(value: Any, name: str | None = None) -> bool:
-    """An option value as a bool (``--opt key=true`` arrives as a string: true for
-    ``TRUE_WORDS``).  With ``name``, a word in neither ``TRUE_WORDS`` nor ``FALSE_WORDS`` is a
-    ConfigError naming ``--opt name``; without, it reads as false."""
-    if not isinstance(value, str):
-        return bool(value)
-    word = value.strip().lower()
-    if name is not None and word not in TRUE_WORDS + FALSE_WORDS:
-        raise ConfigError(f"--opt {name}={value}: true or false")
-    return word in TRUE_WORDS
+    ``minimum`` / ``below``: the least value / a bound the value stays under; ``positive``: more
+    than 0; ``flag``: the ``gnnflow train`` flag (default ``--field-name``); ``label``: its short
+    name in a swept run's name; ``workflow``: whether a workflow config sets it (the workflow
+    itself sets the graph, partition, run directory and run id)."""
+    meta = {"help": help, "choices": tuple(choices) if choices else None, "minimum": minimum, "below": below,
+            "positive": positive, "flag": flag, "label": label, "workflow": workflow}
+    if default is dataclasses.MISSING:  # required
+        return field(metadata=meta)
+    if isinstance(default, list | dict):
+        value = default
+        return field(default_factory=lambda: type(value)(value), metadata=meta)
+    return field(default=default, metadata=meta)
 
 
 @dataclass
 class TrainConfig:
     """What a training run needs.  Strategy-specific knobs live in ``options``."""
 
-    graph: str
-    strategy: str = "single"
-    partition: str | None = None
-    model: str = "sage"
-    hidden: int = 64
-    num_layers: int = 2
-    fanouts: list[int] = field(default_factory=lambda: [10, 10])
-    batch_size: int = 512
-    lr: float = 0.003
-    weight_decay: float = 0.0
-    dropout: float = 0.2
-    heads: int = 2
-    # the model's standard recipe settings (docs/core.md "Layers and models"); every strategy
-    # builds its model from these through gnnflow.nn.build_model_from_config
-    out_heads: int = 1
-    input_dropout: float = 0.0
-    feat_drop: float = 0.0
-    attn_drop: float = 0.0
-    activation: str | None = None
-    aggregator: str = "mean"
-    epochs: int = 5
-    seed: int = 0
-    workers: int = 1
-    eval_every: int = 1
-    device: str = "cpu"
-    out: str | None = None
-    run_id: str | None = None
-    resume: bool = False
-    #: add v to its own in-neighbours (the graph becomes A + I) in every strategy; None: the
-    #: model's standard (on for gcn and gat, off for sage and mlp)
-    self_loops: bool | None = None
-    #: GCN's normalisation degrees in mini-batch training: "graph" (whole-graph degrees: a
-    #: target's output does not depend on the rest of its batch) or "block" (the block's own)
-    gcn_degrees: str = "graph"
-    options: dict[str, Any] = field(default_factory=dict)
+    graph: str = setting(dataclasses.MISSING, "graph store directory", workflow=False)
+    strategy: str = setting("single", "training strategy", choices=STRATEGIES)
+    partition: str | None = setting(None, "partition book directory (distributed strategies)", workflow=False)
+    model: str = setting("sage", "model", choices=MODELS)
+    hidden: int = setting(64, "hidden features", minimum=1, label="h")
+    num_layers: int = setting(2, "number of layers", minimum=1, flag="--layers", label="L")
+    fanouts: list[int] = setting([10, 10], "fanout per layer, input layer first (-1 = all neighbours); "
+                                 "a flag takes them comma-separated, e.g. 15,10,5", label="f")
+    batch_size: int = setting(512, "targets per GLOBAL mini-batch, all ranks together, for every strategy "
+                              "(each data-parallel rank takes about batch/P of them)", minimum=1, label="b")
+    lr: float = setting(0.003, "Adam learning rate", positive=True, label="lr")
+    weight_decay: float = setting(0.0, "Adam weight decay", minimum=0.0, label="wd")
+    dropout: float = setting(0.2, "dropout between layers", minimum=0.0, below=1.0, label="do")
+    heads: int = setting(2, "GAT attention heads of every hidden layer (concatenated)", minimum=1, label="H")
+    out_heads: int = setting(1, "GAT attention heads of the output layer (averaged)", minimum=1)
+    input_dropout: float = setting(0.0, "dropout on the input features before the first layer",
+                                   minimum=0.0, below=1.0)
+    feat_drop: float = setting(0.0, "GAT: dropout on every layer's input features", minimum=0.0, below=1.0)
+    attn_drop: float = setting(0.0, "GAT: dropout on the attention coefficients", minimum=0.0, below=1.0)
+    activation: str | None = setting(None, "hidden activation (default: the model's standard, elu for gat, "
+                                     "relu otherwise)", choices=ACTIVATIONS)
+    aggregator: str = setting("mean", "GraphSAGE aggregator", choices=AGGREGATORS)
+    epochs: int = setting(5, "training epochs", minimum=1, label="e")
+    seed: int = setting(0, "random seed", minimum=0, label="s")
+    workers: int = setting(1, "number of ranks", minimum=1)
+    eval_every: int = setting(1, "evaluate every N epochs (and after the last)", minimum=1)
+    device: str = setting("cpu", "where ranks compute", choices=DEVICES)
+    out: str | None = setting(None, "run directory to write", workflow=False)
+    run_id: str | None = setting(None, "run id in the records (default: the run directory's name)",
+                                 workflow=False)
+    resume: bool = setting(False, "continue from RUNDIR/ckpt/last.pt", workflow=False)
+    #: None: the model's standard (on for gcn and gat, off for sage and mlp)
+    self_loops: bool | None = setting(None, "train on A + I in every strategy (default: on for gcn and gat)")
+    gcn_degrees: str = setting("graph", "GCN normalisation in mini-batch training: 'graph' (whole-graph "
+                               "degrees: a target's output does not depend on the rest of its batch) or "
+                               "'block' (the sampled block's own)", choices=GCN_DEGREES)
+    force: bool = setting(False, "run even where the memory preflight estimates that the run's processes "
+                          "will not fit in the memory available (MemAvailable, the cgroup limit, or "
+                          "GNNFLOW_MEMORY_AVAILABLE_MIB)")
+    options: dict[str, Any] | StrategyOptions = setting(
+        {}, "strategy options (--opt KEY=VALUE, repeatable; the value is read as YAML); a list "
+        "value in a workflow config is swept")
 
     def __post_init__(self) -> None:
         self.validate()
 
-    def _check_types(self) -> None:
-        """Each setting has its field's type (YAML ``epochs: one`` fails here, naming the key).
-        Integers are accepted where a float is expected; numeric strings are not."""
-        for f in dataclasses.fields(self):
-            value = getattr(self, f.name)
-            kind = str(f.type)
-            optional = "None" in kind
-            if value is None and optional:
-                continue
-            base = kind.replace("| None", "").strip()
-            if base == "int":
-                ok = isinstance(value, int) and not isinstance(value, bool)
-                want = "an integer"
-            elif base == "float":
-                ok = isinstance(value, int | float) and not isinstance(value, bool)
-                if ok:
-                    setattr(self, f.name, float(value))
-                want = "a number"
-            elif base == "bool":
-                ok, want = isinstance(value, bool), "true or false"
-            elif base == "str":
-                ok, want = isinstance(value, str), "a string"
-            elif base.startswith("list[int]"):
-                ok = isinstance(value, list) and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
-                want = "a list of integers"
-            elif base.startswith("dict"):
-                ok, want = isinstance(value, dict), "a mapping"
-            else:  # pragma: no cover - a new field type: extend this table
-                continue
-            if not ok:
-                raise ConfigError(f"{f.name}: expected {want}, got {value!r}")
-
     def validate(self) -> None:
-        self._check_types()
-        if self.model not in MODELS:
-            raise ConfigError(f"model: unknown model {self.model!r}; choose one of {', '.join(MODELS)}")
-        if self.workers < 1:
-            raise ConfigError(f"workers: must be >= 1, got {self.workers}")
-        if self.num_layers < 1:
-            raise ConfigError(f"num_layers: must be >= 1, got {self.num_layers}")
+        """Each setting has its field's type and limits; the fanouts fit the layers."""
+        for f in dataclasses.fields(self):
+            setattr(self, f.name, _checked(f, getattr(self, f.name)))
         if self.fanouts and len(self.fanouts) != self.num_layers:
             raise ConfigError(
                 f"fanouts: {len(self.fanouts)} values for num_layers={self.num_layers}; give one per layer"
             )
         if any(f == 0 or f < -1 for f in self.fanouts):
             raise ConfigError(f"fanouts: each must be a positive count or -1 (full), got {self.fanouts}")
-        for name in ("hidden", "batch_size", "epochs", "heads", "out_heads"):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"{name}: must be >= 1, got {getattr(self, name)}")
-        for name in ("dropout", "input_dropout", "feat_drop", "attn_drop"):
-            if not 0.0 <= getattr(self, name) < 1.0:
-                raise ConfigError(f"{name}: must be in [0, 1), got {getattr(self, name)}")
-        if self.activation is not None and self.activation not in ACTIVATIONS:
-            raise ConfigError(f"activation: unknown {self.activation!r}; choose one of {', '.join(ACTIVATIONS)} "
-                              "(or leave it unset for the model's standard one)")
-        if self.aggregator not in AGGREGATORS:
-            raise ConfigError(f"aggregator: unknown {self.aggregator!r}; choose one of {', '.join(AGGREGATORS)}")
-        if self.gcn_degrees not in GCN_DEGREES:
-            raise ConfigError(f"gcn_degrees: one of {', '.join(GCN_DEGREES)}, got {self.gcn_degrees!r}")
-        if "degrees" in self.options:
-            raise ConfigError("options.degrees: replaced by the gcn_degrees setting (graph or block; "
-                              "--gcn-degrees)")
-        if "self_loops" in self.options:
-            raise ConfigError("options.self_loops: replaced by the self_loops setting (--self-loops / "
-                              "--no-self-loops), applied by every strategy")
+        if isinstance(self.options, dict):
+            for key, new in (("degrees", "gcn_degrees setting (graph or block; --gcn-degrees)"),
+                             ("self_loops", "self_loops setting (--self-loops / --no-self-loops), applied "
+                                            "by every strategy")):
+                if key in self.options:
+                    raise ConfigError(f"options.{key}: replaced by the {new}")
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        out["fanouts"] = list(self.fanouts)
+        opts = self.options
+        out["options"] = opts.to_dict() if isinstance(opts, StrategyOptions) else dict(opts)
+        return out
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> TrainConfig:
+        """A config from settings as a file or a command line gives them: unknown keys fail;
+        fanouts may be a string ``15,10,5``; ``num_layers`` without fanouts takes 10 per layer,
+        fanouts without ``num_layers`` set the layers."""
         names = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(data) - names)
         if unknown:
             raise ConfigError(f"unknown training setting(s): {', '.join(unknown)}")
+        data = dict(data)
+        if "fanouts" in data:
+            data["fanouts"] = parse_fanouts(data["fanouts"])
+        if "num_layers" in data and "fanouts" not in data:
+            data["fanouts"] = [10] * int(data["num_layers"])
+        if "fanouts" in data and "num_layers" not in data:
+            data["num_layers"] = len(data["fanouts"])
+        if data.get("options") is None:
+            data["options"] = {}
         return cls(**data)
+
+    def replace(self, **changes: Any) -> TrainConfig:
+        """A copy with ``changes`` applied (validated)."""
+        return dataclasses.replace(self, **changes)
 
     @property
     def adds_self_loops(self) -> bool:
@@ -181,3 +176,230 @@ class TrainConfig:
     @property
     def run_dir(self) -> Path | None:
         return Path(self.out) if self.out else None
+
+
+def settings() -> list[dataclasses.Field[Any]]:
+    """The fields of :class:`TrainConfig`, in order."""
+    return list(dataclasses.fields(TrainConfig))
+
+
+def base_type(f: dataclasses.Field[Any]) -> tuple[str, bool]:
+    """A field's type without ``| None`` (``"int"``, ``"list[int]"``, ...) and whether None is allowed."""
+    kind = str(f.type).replace(" ", "")
+    if kind.startswith("dict"):
+        return "dict", False
+    return kind.removesuffix("|None"), kind.endswith("|None")
+
+
+def _checked(f: dataclasses.Field[Any], value: Any) -> Any:
+    """``value`` checked against field ``f`` (integers are accepted where a float is expected;
+    numeric strings are not: YAML ``epochs: one`` fails here, naming the key)."""
+    base, optional = base_type(f)
+    meta = f.metadata
+    if value is None and optional:
+        return None
+    if base == "int":
+        ok, want = isinstance(value, int) and not isinstance(value, bool), "an integer"
+    elif base == "float":
+        ok, want = isinstance(value, int | float) and not isinstance(value, bool), "a number"
+        value = float(value) if ok else value
+    elif base == "bool":
+        ok, want = isinstance(value, bool), "true or false"
+    elif base == "str":
+        ok, want = isinstance(value, str), "a string"
+    elif base == "list[int]":
+        ok = isinstance(value, list) and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
+        want = "a list of integers"
+    else:  # options
+        ok, want = isinstance(value, dict | StrategyOptions), "a mapping"
+    if not ok:
+        raise ConfigError(f"{f.name}: expected {want}, got {value!r}")
+    if meta.get("choices") and value not in meta["choices"]:
+        raise ConfigError(f"{f.name}: unknown {value!r}; choose one of {', '.join(meta['choices'])}"
+                          + (" (or leave it unset for the default)" if optional else ""))
+    if meta.get("minimum") is not None and value < meta["minimum"]:
+        raise ConfigError(f"{f.name}: must be >= {meta['minimum']:g}, got {value}")
+    if meta.get("positive") and not value > 0:
+        raise ConfigError(f"{f.name}: must be > 0, got {value}")
+    if meta.get("below") is not None and not value < meta["below"]:
+        raise ConfigError(f"{f.name}: must be in [{meta.get('minimum') or 0:g}, {meta['below']:g}), got {value}")
+    return value
+
+
+# ------------------------------------------------------------------------------------------ parsing
+def parse_fanouts(text: str | Sequence[int]) -> list[int]:
+    """``"15,10,5"`` (or a list) -> ``[15, 10, 5]``."""
+    if isinstance(text, list | tuple):
+        return [int(x) if not isinstance(x, bool) else x for x in text]  # bools fail the type check
+    try:
+        return [int(x) for x in str(text).split(",") if x.strip()]
+    except ValueError:
+        raise ConfigError(f"fanouts: expected comma-separated integers like 15,10,5, got {text!r}") from None
+
+
+def parse_option(text: str) -> tuple[str, Any]:
+    """``--opt KEY=VALUE`` -> ``(KEY, VALUE read as YAML)``."""
+    import yaml
+
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise ConfigError(f"--opt {text!r}: expected KEY=VALUE")
+    try:
+        return key.strip(), yaml.safe_load(value) if value.strip() else ""
+    except yaml.YAMLError:
+        return key.strip(), value
+
+
+def load_settings(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """A YAML file of training settings (``gnnflow train --config``, a recipe, a workflow run's
+    settings file) as a mapping."""
+    import yaml
+
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"--config {path}: no such file")
+    try:
+        data = yaml.safe_load(p.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"--config {path}: not valid YAML ({exc})") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"--config {path}: expected a mapping of training settings")
+    return data
+
+
+def flag_of(f: dataclasses.Field[Any]) -> str:
+    """The ``gnnflow train`` flag of a setting."""
+    return f.metadata.get("flag") or "--" + f.name.replace("_", "-")
+
+
+def add_train_arguments(parser: Any, option_flags: Sequence[tuple[str, str, Any, str]] = ()) -> None:
+    """A flag for every setting of :class:`TrainConfig` (all default to None, so that a value
+    from ``--config`` stays unless the flag is given), ``--config``, and ``option_flags``:
+    ``(flag, option, value or a type, help)`` shortcuts for strategy options."""
+    parser.add_argument("--config", default=None, help="YAML file of training settings (the keys below, "
+                        "strategy options under 'options'); flags override it")
+    for f in settings():
+        base, optional = base_type(f)
+        meta, flag = f.metadata, flag_of(f)
+        default = f"default {f.default}" if f.default is not dataclasses.MISSING and f.default not in ("", None) \
+            else ""
+        help_text = meta["help"] + (f" ({default})" if default and base not in ("bool",) else "")
+        if base == "dict":
+            parser.add_argument("--opt", action="append", default=[], metavar="KEY=VALUE", help=help_text)
+        elif base == "bool" and optional:
+            group = parser.add_mutually_exclusive_group()
+            group.add_argument(flag, dest=f.name, action="store_const", const=True, default=None, help=help_text)
+            group.add_argument("--no-" + flag[2:], dest=f.name, action="store_const", const=False,
+                               help=f"the opposite of {flag}")
+        elif base == "bool":
+            parser.add_argument(flag, dest=f.name, action="store_const", const=True, default=None, help=help_text)
+        else:
+            typ = {"int": int, "float": float}.get(base, str)
+            parser.add_argument(flag, dest=f.name, type=typ, default=None, choices=meta.get("choices"),
+                                help=help_text)
+    for flag, key, value, help_text in option_flags:
+        dest = "optflag_" + key
+        if isinstance(value, type):
+            parser.add_argument(flag, dest=dest, type=value, default=None, metavar=key.upper(),
+                                help=f"{help_text} (= --opt {key}=...)")
+        else:
+            parser.add_argument(flag, dest=dest, action="store_const", const=value, default=None,
+                                help=f"{help_text} (= --opt {key}={str(value).lower()})")
+
+
+def config_from_args(args: Any) -> TrainConfig:
+    """``--config`` settings overridden by the flags :func:`add_train_arguments` made."""
+    data: dict[str, Any] = load_settings(args.config) if getattr(args, "config", None) else {}
+    for f in settings():
+        if f.name == "options":
+            continue
+        value = getattr(args, f.name, None)
+        if value is not None:
+            data[f.name] = value
+    options = dict(data.get("options") or {})
+    options.update(parse_option(o) for o in getattr(args, "opt", None) or [])
+    for name, value in vars(args).items():
+        if name.startswith("optflag_") and value is not None:
+            options[name.removeprefix("optflag_")] = value
+    data["options"] = options
+    if not data.get("graph"):
+        raise ConfigError("--graph is required (or `graph:` in --config)")
+    try:
+        return TrainConfig.from_dict(data)
+    except TypeError as exc:
+        raise ConfigError(f"training settings: {exc}") from None
+
+
+# ------------------------------------------------------------------------------------------ schema
+def settings_schema() -> dict[str, dict[str, Any]]:
+    """JSON-schema properties of the training settings a workflow config may set: one per field
+    that the workflow does not set itself, each either a value or a list of values to sweep
+    (for ``fanouts``: a list, or a list of lists)."""
+    out: dict[str, dict[str, Any]] = {}
+    for f in settings():
+        if not f.metadata["workflow"]:
+            continue
+        out[f.name] = _field_schema(f)
+    return out
+
+
+def _field_schema(f: dataclasses.Field[Any]) -> dict[str, Any]:
+    base, optional = base_type(f)
+    meta = f.metadata
+    one: dict[str, Any]
+    if base == "dict":
+        return {"type": "object", "description": meta["help"]}
+    if base == "list[int]":
+        one = {"type": "array", "minItems": 1, "items": {"type": "integer"}}
+        return {"description": meta["help"], "anyOf": [one, {"type": "array", "minItems": 1, "items": one}]}
+    if meta.get("choices"):
+        one = {"enum": list(meta["choices"])}
+    else:
+        one = {"type": {"int": "integer", "float": "number", "bool": "boolean", "str": "string"}[base]}
+    if meta.get("minimum") is not None:
+        one["minimum"] = meta["minimum"]
+    if meta.get("positive"):
+        one["exclusiveMinimum"] = 0
+    if meta.get("below") is not None:
+        one["exclusiveMaximum"] = meta["below"]
+    if optional:
+        one = {"anyOf": [one, {"type": "null"}]}
+    return {"description": meta["help"], "anyOf": [one, {"type": "array", "minItems": 1, "items": one}]}
+
+
+# ------------------------------------------------------------------------------------------ helpers
+def env_seconds(name: str, default: float) -> float:
+    """A positive number of seconds from environment variable ``name`` (unset or empty: ``default``)."""
+    text = os.environ.get(name, "").strip()
+    if not text:
+        return default
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value > 0:
+        raise ConfigError(f"{name}={text!r}: expected a positive number of seconds")
+    return value
+
+
+def key_path(path: tuple[Any, ...]) -> str:
+    """A validation error's location as a config key: ``train.sweeps[1].workers``."""
+    out = ""
+    for p in path:
+        out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else str(p))
+    return out or "(top level)"
+
+
+def cli_options(options: dict[str, Any] | None) -> str:
+    """``{"nodes": 1000, "avg_degree": 10}`` -> ``--nodes 1000 --avg-degree 10``."""
+    out = []
+    for key, value in (options or {}).items():
+        flag = "--" + str(key).replace("_", "-")
+        if isinstance(value, bool):
+            if value:
+                out.append(flag)
+        elif isinstance(value, list):
+            out.append(f"{flag} " + ",".join(map(str, value)))
+        else:
+            out.append(f"{flag} {value}")
+    return " ".join(out)

@@ -17,6 +17,8 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
+import numpy as np
+
 T = TypeVar("T")
 log = logging.getLogger("gnnflow")
 LOG_LEVEL_ENV = "GNNFLOW_LOG_LEVEL"
@@ -218,3 +220,15 @@ def row_chunks(arr: Any, chunk_bytes: int = 64 << 20, desc: str | None = None) -
     for start in (progress(starts, desc=desc) if desc else starts):
         yield start, arr[start:start + step]
         release_pages(arr)
+
+
+def as_idx(arr: np.ndarray, idx: type, chunk: int = 1 << 22) -> np.ndarray:
+    """``arr`` as a contiguous ``idx`` array; a memory map of another dtype is converted
+    ``chunk`` entries at a time and its pages dropped as it goes (RSS: the copy only)."""
+    if isinstance(arr, np.ndarray) and arr.dtype == idx and arr.flags.c_contiguous:
+        return arr
+    out = np.empty(arr.shape[0], dtype=idx)
+    for s in range(0, arr.shape[0], chunk):
+        out[s:s + chunk] = arr[s:s + chunk]
+        release_pages(arr)
+    return out

@@ -46,9 +46,9 @@ import torch
 import torch.distributed as dist
 
 from gnnflow.bench.ratios import context, headline, operand, ratio
-from gnnflow.distributed.comm import all_reduce
-from gnnflow.distributed.devices import HOST
-from gnnflow.strategies.base import RankContext
+from gnnflow.comm.collectives import all_reduce
+from gnnflow.runtime.context import RankContext
+from gnnflow.runtime.devices import HOST
 
 #: context only (never a ratio's operand): DGCL Table 8, SPST planning seconds with 8 GPUs
 PAPER_TABLE8_S = {"Reddit": (0.23e6, 4.19), "Com-Orkut": (3.07e6, 43.5), "Web-Google": (0.87e6, 3.42),
@@ -98,7 +98,7 @@ def _synthetic(tmp: str, name: str, **kw: Any) -> Any:
 
 def _time_rank(ctx: RankContext, configs: list[list[Any]], dim: int, repeats: int) -> list[list[list[float]]]:
     """Per config: wall time of each timed call (slowest rank) and CPU time summed over ranks."""
-    from gnnflow.distributed.allgather import graph_allgather
+    from gnnflow.comm.allgather import graph_allgather
 
     gen = torch.Generator().manual_seed(ctx.rank)
     times: list[list[list[float]]] = [[[], []] for _ in configs]
@@ -130,11 +130,11 @@ def fit_line(x: np.ndarray, y: np.ndarray) -> dict[str, float]:
 
 
 def run_fit(args: argparse.Namespace) -> dict[str, Any]:
+    from gnnflow.comm.plan import comm_relation, plan_p2p, plan_spst
+    from gnnflow.comm.probe import probe_topology
+    from gnnflow.comm.topology import compile_topology, load_topology
     from gnnflow.data.store import open_store
-    from gnnflow.distributed.cli_topology import probe_topology
-    from gnnflow.distributed.launch import run_ranks
-    from gnnflow.distributed.plan import comm_relation, plan_p2p, plan_spst
-    from gnnflow.distributed.topology import compile_topology, load_topology
+    from gnnflow.runtime.launch import run_ranks
 
     p = args.workers
     with tempfile.TemporaryDirectory(prefix="gnnflow-bench-allgather-") as tmp:
@@ -206,9 +206,9 @@ def run_fit(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def run_planners(args: argparse.Namespace) -> dict[str, Any]:
+    from gnnflow.comm.report import plan_report
+    from gnnflow.comm.topology import load_topology
     from gnnflow.data.store import open_store
-    from gnnflow.distributed.cli_plan import plan_report
-    from gnnflow.distributed.topology import load_topology
 
     topo = load_topology(args.topology or "dgx1-v100")
     rows = []
@@ -264,10 +264,10 @@ def run_planners(args: argparse.Namespace) -> dict[str, Any]:
 def _measure_planners(graphs: list[tuple[str, Any]], args: argparse.Namespace) -> tuple[dict[str, Any], str]:
     """Per graph: p2p and SPST planned for ``--workers`` local ranks against this machine's probed
     topology, and one full ``graph_allgather`` of each timed on those ranks (median over repeats)."""
-    from gnnflow.distributed.cli_topology import probe_topology
-    from gnnflow.distributed.launch import run_ranks
-    from gnnflow.distributed.plan import comm_relation, plan_p2p, plan_spst
-    from gnnflow.distributed.topology import compile_topology
+    from gnnflow.comm.plan import comm_relation, plan_p2p, plan_spst
+    from gnnflow.comm.probe import probe_topology
+    from gnnflow.comm.topology import compile_topology
+    from gnnflow.runtime.launch import run_ranks
 
     p = args.workers
     topo = compile_topology(probe_topology(p, 16 << 20, 3), "probe").restrict(p)
@@ -291,9 +291,9 @@ def _measure_planners(graphs: list[tuple[str, Any]], args: argparse.Namespace) -
 
 
 def run_planning_time(args: argparse.Namespace) -> dict[str, Any]:
+    from gnnflow.comm.plan import comm_relation, plan_p2p, plan_spst
+    from gnnflow.comm.topology import load_topology
     from gnnflow.data.store import open_store
-    from gnnflow.distributed.plan import comm_relation, plan_p2p, plan_spst
-    from gnnflow.distributed.topology import load_topology
     from gnnflow.partition.book import PartitionBook
 
     topo = load_topology(args.topology or "dgx1-v100").restrict(args.parts)

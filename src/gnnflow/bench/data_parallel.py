@@ -153,7 +153,7 @@ def format_profile(name: str, profile: dict[str, Any]) -> str:
 
 
 def _run_system(strategy: str, cfg_dict: dict[str, Any], args: Any) -> dict[str, Any]:
-    from gnnflow.distributed.launch import run_ranks
+    from gnnflow.runtime.launch import run_ranks
 
     res = run_ranks(train_and_time, args.workers, strategy, cfg_dict, args.threads, timeout_s=args.timeout,
                     threads_per_rank=args.threads)

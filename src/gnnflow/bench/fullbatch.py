@@ -43,7 +43,7 @@ from gnnflow.bench.ratios import headline, operand, ratio
 from gnnflow.config import TrainConfig
 from gnnflow.errors import GnnflowError
 from gnnflow.results.schema import Recorder
-from gnnflow.strategies.base import RankContext
+from gnnflow.runtime.context import RankContext
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -231,7 +231,7 @@ def single_process(graph: str, args: argparse.Namespace) -> dict[str, Any]:
     """Ours, DGL's and PyG's (both forms) full-graph GCN epochs, alternating; outputs checked first."""
     from gnnflow.bench import pyg_peer
     from gnnflow.bench.layers import bench_device, check_equal, synchronize
-    from gnnflow.strategies.fullbatch import FullBatch
+    from gnnflow.strategies.fullbatch.row1d import FullBatch
 
     device = bench_device(args.device)
     ours = FullBatch(_cfg(graph, args, cache_input_spmm=args.cache_input_spmm), RankContext(device=device))
@@ -285,7 +285,7 @@ def single_process(graph: str, args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _bench_rank(ctx: RankContext, cfg_dict: dict[str, Any], epochs: int) -> dict[str, Any]:
-    from gnnflow.strategies.fullbatch import FullBatch
+    from gnnflow.strategies.fullbatch.row1d import FullBatch
 
     s = FullBatch(TrainConfig.from_dict(cfg_dict), ctx)
     s.prepare()
@@ -305,7 +305,7 @@ def _bench_rank(ctx: RankContext, cfg_dict: dict[str, Any], epochs: int) -> dict
 
 
 def ranks_section(graph: str, args: argparse.Namespace) -> dict[str, Any]:
-    from gnnflow.distributed.launch import run_ranks
+    from gnnflow.runtime.launch import run_ranks
 
     res: dict[str, Any] = {}
     for permute in (True, False):
@@ -369,7 +369,7 @@ def _rss_kib(field: str) -> int:
 
 
 def _memory_rank(ctx: RankContext, cfg_dict: dict[str, Any]) -> dict[str, Any]:
-    from gnnflow.strategies.fullbatch import FullBatch
+    from gnnflow.strategies.fullbatch.row1d import FullBatch
 
     s = FullBatch(TrainConfig.from_dict(cfg_dict), ctx)
     s.prepare()
@@ -388,7 +388,7 @@ def _memory_rank(ctx: RankContext, cfg_dict: dict[str, Any]) -> dict[str, Any]:
 
 
 def memory_section(graph: str, args: argparse.Namespace) -> dict[str, Any]:
-    from gnnflow.distributed.launch import run_ranks
+    from gnnflow.runtime.launch import run_ranks
 
     res: dict[str, Any] = {}
     for memory in ("reuse", "autograd"):

@@ -53,7 +53,7 @@ from typing import Any
 
 from gnnflow.bench.ratios import headline, operand, ratio
 from gnnflow.data.synthetic import DEFAULTS as SYNTHETIC
-from gnnflow.distributed.launch import run_ranks
+from gnnflow.runtime.launch import run_ranks
 from gnnflow.strategies.distdgl import DEFAULT_SAMPLERS
 
 #: ``--preset``: graph (generated when no ``--graph``) and model settings; explicit options win.
@@ -120,7 +120,7 @@ def resolve_preset(args: argparse.Namespace) -> argparse.Namespace:
 def train_rank(ctx: Any, cfg_dict: dict[str, Any], epochs: int, evaluate: bool = False) -> list[dict[str, Any]]:
     """Train ``epochs`` epochs through the Strategy interface; this rank's per-epoch figures.
 
-    A module-level function so that :func:`~gnnflow.distributed.launch.run_ranks` can start it;
+    A module-level function so that :func:`~gnnflow.runtime.launch.run_ranks` can start it;
     with ``evaluate`` each epoch also records the (collective) accuracies.
     """
     from gnnflow.config import TrainConfig

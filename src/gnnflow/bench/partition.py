@@ -127,8 +127,9 @@ def worker(which: str, graph: str, parts: int, out: str, seed: int) -> dict[str,
 
 def _metis_alone(store: Any, parts: int, seed: int, base: float) -> dict[str, Any]:
     """Only ``METIS_PartGraphKway`` on the inputs ``partition_graph(method="metis")`` builds."""
+    from gnnflow.io import as_idx
     from gnnflow.partition.constraints import constraint_weights
-    from gnnflow.partition.metis import as_idx, load_libmetis, metis_graph, part_graph_kway
+    from gnnflow.partition.metis import load_libmetis, metis_graph, part_graph_kway
 
     _, idx = load_libmetis()
     vw = constraint_weights(store, ["vertices", "train", "edges"], dtype=idx)

@@ -20,7 +20,7 @@ same against ``sampling_inline``.
 
 ``--samplers process`` (default here; ``gnnflow train --samplers process``) runs
 the sample and load stages in a sampler process per rank
-(:mod:`gnnflow.distributed.sampler_process`); ``--samplers thread`` in the sampling
+(:mod:`gnnflow.strategies.minibatch.sampler_process`); ``--samplers thread`` in the sampling
 and worker threads of DistDGLv2 §4.2.1, which share the interpreter lock with
 the training thread.  On a small shared CPU, overlap needs a free core for the
 stages while the training thread computes: torch runs with ``--threads``
@@ -85,7 +85,7 @@ def measure(ctx: Any, cfg_dict: dict[str, Any], modes: list[str], epochs: int, t
     """
     from gnnflow.config import TrainConfig
     from gnnflow.results.schema import Recorder
-    from gnnflow.strategies.data_parallel import DataParallel
+    from gnnflow.strategies.minibatch.data_parallel import DataParallel
 
     torch.set_num_threads(threads)
     out: dict[str, list[float]] = {m: [] for m in modes}
@@ -136,7 +136,7 @@ def _default_graph(tmp: str) -> str:
 
 
 def _run(args: Any, graph: str, hidden: int, modes: list[str], epochs: int) -> dict[str, Any]:
-    from gnnflow.distributed.launch import run_ranks
+    from gnnflow.runtime.launch import run_ranks
 
     res = run_ranks(measure, args.workers, _cfg(args, graph, hidden), modes, epochs, args.threads,
                     timeout_s=600, threads_per_rank=args.threads)

@@ -79,13 +79,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def recipe_config(path: Path, graph: str, strategy: str, workers: int, seed: int, epochs: int | None,
                   partition: str | None) -> Any:
     """Our TrainConfig: the recipe file as ``gnnflow train --config`` reads it, with the run's choices."""
-    from gnnflow.config import TrainConfig
+    from gnnflow.config import TrainConfig, load_settings
     from gnnflow.strategies.base import strategy_class
-    from gnnflow.strategies.cli_train import load_yaml
 
     if not path.is_file():
         raise ConfigError(f"{path}: no such recipe file (--recipes names the directory of <model>-planetoid.yaml)")
-    data = load_yaml(str(path))
+    data = load_settings(path)
     distributed = strategy_class(strategy).distributed
     data.update(graph=graph, strategy=strategy, seed=seed, workers=workers if distributed else 1, out=None,
                 partition=partition if distributed and strategy in NEEDS_BOOK else None)

@@ -92,32 +92,30 @@ def parse_size(text: str) -> tuple[str, int, float, float]:
 
 
 def _gnnflow(args: list[str], log: Path, timeout: float) -> dict[str, Any]:
-    """Run ``gnnflow ARGS`` in a fresh process; its wall time, exit code and own peak RSS."""
-    hwm = log.with_suffix(".hwm")
-    hwm.unlink(missing_ok=True)
-    cmd = [sys.executable, "-m", "gnnflow.bench.scale", "--child", str(hwm), *args]
+    """Run ``gnnflow ARGS`` in a fresh process; its wall time, exit code and own peak RSS (the
+    kernel's ``ru_maxrss`` of that process, which :func:`os.wait4` reports for it alone)."""
+    cmd = [sys.executable, "-m", "gnnflow.cli", *args]
     t0 = time.perf_counter()
     with open(log, "w") as fh:
-        try:
-            rc = subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT, timeout=timeout).returncode
-        except subprocess.TimeoutExpired:
-            rc = 124
+        proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + timeout
+        while True:
+            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+            if pid:
+                rc = os.waitstatus_to_exitcode(status)
+                break
+            if time.monotonic() > deadline:
+                proc.kill()
+                _, _, usage = os.wait4(proc.pid, 0)
+                rc = 124
+                break
+            time.sleep(0.05)
+        proc.returncode = rc  # reaped here: Popen must not wait for it again
     wall = time.perf_counter() - t0
-    peak = float(hwm.read_text()) if hwm.exists() else float("nan")
+    peak = usage.ru_maxrss / 1024.0  # KiB on Linux
     lines = [ln for ln in log.read_text(errors="replace").splitlines() if ln.strip()]
     error = next((ln for ln in reversed(lines) if "error:" in ln), lines[-1] if lines and rc else "")
     return {"rc": rc, "wall_s": wall, "peak_rss_mib": peak, "error": error.strip() if rc else ""}
-
-
-def _child(hwm: str, argv: list[str]) -> int:
-    """``gnnflow ARGV`` in this process; write this process's VmHWM (MiB) to ``hwm`` at the end."""
-    from gnnflow.cli import main
-    from gnnflow.io import proc_memory
-
-    try:
-        return main(argv)
-    finally:
-        Path(hwm).write_text(str(proc_memory("VmHWM") / MIB))
 
 
 def _train_args(strategy: str, args: argparse.Namespace) -> list[str]:
@@ -140,7 +138,7 @@ def _stage(size: str, nodes: int, edges: int, stage: str, result: dict[str, Any]
 def run_size(label: str, nodes: int, degree: float, frac: float, args: argparse.Namespace,
              strategies: list[str], given: dict[str, tuple[str, str | None]]) -> list[dict[str, Any]]:
     from gnnflow.config import TrainConfig
-    from gnnflow.strategies.memory import estimate_run
+    from gnnflow.strategies.base import strategy_class
 
     root = Path(args.workdir) / label.replace(":", "-")  # no ':' in paths: --graph-dir splits on it
     root.mkdir(parents=True, exist_ok=True)
@@ -196,7 +194,8 @@ def run_size(label: str, nodes: int, degree: float, frac: float, args: argparse.
             cfg_dict = json.loads(run_json.read_text())["config"] if run_json.exists() else None
             if cfg_dict is None:  # refused or failed before writing: the same config, rebuilt
                 cfg_dict = _config_dict(strategy, graph, book, args)
-            est = estimate_run(TrainConfig.from_dict(cfg_dict))
+            cfg = TrainConfig.from_dict(cfg_dict)
+            est = strategy_class(cfg.strategy).estimate_memory(cfg)
             row["predicted_peak_rss_mib"] = est.max_rank / MIB
             row["predicted_host_mib"] = est.total / MIB
         except (OSError, ValueError, KeyError) as exc:  # pragma: no cover - estimate needs the metas
@@ -206,11 +205,11 @@ def run_size(label: str, nodes: int, degree: float, frac: float, args: argparse.
 
 
 def _config_dict(strategy: str, graph: Path, book: Path, args: argparse.Namespace) -> dict[str, Any]:
-    from gnnflow.strategies.cli_train import add_arguments as train_arguments
-    from gnnflow.strategies.cli_train import config_from_args
+    from gnnflow.config import add_train_arguments, config_from_args
+    from gnnflow.strategies.base import option_flags
 
     p = argparse.ArgumentParser()
-    train_arguments(p)
+    add_train_arguments(p, option_flags())
     ns = p.parse_args(["--strategy", strategy, "--graph", str(graph), "--partition", str(book), "--workers",
                        str(args.workers), *_train_args(strategy, args), "--epochs", "1"])
     return config_from_args(ns).to_dict()
@@ -321,10 +320,3 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                          f"{min(q['value'] for q in ratios):.2f}..{max(q['value'] for q in ratios):.2f} "
                          f"(furthest: {worst['name']})" + (f" -> {args.out}" if args.out else ""))
     return result
-
-
-if __name__ == "__main__":
-    if len(sys.argv) > 2 and sys.argv[1] == "--child":
-        os.environ.setdefault("OUTDATED_IGNORE", "1")
-        sys.exit(_child(sys.argv[2], sys.argv[3:]))
-    sys.exit(2)

@@ -182,7 +182,7 @@ def epoch_summary(per_rank: list[list[dict[str, Any]]], skip_first: bool = True)
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    from gnnflow.distributed.launch import run_ranks
+    from gnnflow.runtime.launch import run_ranks
 
     workdir = Path(args.workdir)
     workdir.mkdir(parents=True, exist_ok=True)
@@ -238,7 +238,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
     # GSplit Table 1 on the same targets (single process, counts only)
     from gnnflow.data.store import open_store
-    from gnnflow.distributed.redundancy import redundancy
+    from gnnflow.strategies.split.redundancy import redundancy
 
     store = open_store(graph)
     book_part = np.load(partition / "node_part.npy")

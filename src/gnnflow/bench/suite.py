@@ -46,8 +46,7 @@ def load_suite(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
     import jsonschema
     import yaml
 
-    from gnnflow.bench.cli import BENCHES
-    from gnnflow.workflow import SCHEMA
+    from gnnflow.bench.registry import BENCHES, suite_entry_schema
 
     path = Path(path)
     try:
@@ -59,7 +58,7 @@ def load_suite(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
     entries = (doc or {}).get("benchmarks") if isinstance(doc, dict) else None
     if not entries:
         raise ConfigError(f"{path}: no 'benchmarks' list")
-    schema = yaml.safe_load(SCHEMA.read_text())["properties"]["benchmarks"]
+    schema = {"type": "array", "items": suite_entry_schema()}
     try:
         jsonschema.validate(entries, schema)
     except jsonschema.ValidationError as exc:
@@ -77,7 +76,7 @@ def load_suite(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
 
 def bench_command(entry: dict[str, Any]) -> list[str]:
     """``gnnflow bench BENCH --json ARGS`` for one suite entry."""
-    from gnnflow.workflow import cli_options
+    from gnnflow.config import cli_options
 
     return [sys.executable, "-m", "gnnflow.cli", "bench", entry["bench"], "--json",
             *shlex.split(cli_options(entry.get("args")))]

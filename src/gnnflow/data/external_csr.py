@@ -17,7 +17,7 @@ same work out of core, with memory bounded by one bucket, not by the edge count:
 Because buckets are destination ranges processed in order, the result is the
 global sort that ``build_csr`` computes, byte for byte.  Optionally each edge
 carries an id (the homogeneous edge id of a typed graph), written aligned with
-``indices`` as ``edge_id`` (what :func:`gnnflow.data.hetero.homogenize` keeps).
+``indices`` as ``edge_id`` (what :func:`gnnflow.data.homogenize.homogenize` keeps).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Heterogeneous graphs and their homogenization (DistDGLv2 §4.1.1, §4.1.4).
+"""Heterogeneous graphs: the in-memory form and the type maps of a homogenized store (DistDGLv2 §4.1.1).
 
 DistDGLv2 §4.1.1: "Because METIS can only partition a homogeneous graph,
 DistDGLv2 homogenizes a heterogeneous graph and stores the entire graph in a
@@ -8,40 +8,27 @@ type are assigned with contiguous IDs and vertex types and edge types are
 stored as metadata."  §4.1.4 keeps features per vertex type at their own
 dims and addresses them with type-specific ids.
 
-:func:`homogenize` does exactly that for a :class:`HeteroGraph`:
+* :class:`HeteroGraph` — vertex types with counts (and optional per-type features and labels),
+  canonical edge types ``(src_type, relation, dst_type)`` with their edges;
+* :class:`TypeMap` — both directions between ``(type, per-type id)`` and homogeneous ids of a
+  homogenized store (types in sorted order, each a contiguous id range);
+* :func:`validate_hetero` — the checks of a homogenized store's type arrays.
 
-* vertex types in sorted order, each a contiguous range
-  ``[node_type_offsets[t], node_type_offsets[t+1])`` of homogeneous ids;
-* edge types (canonical ``(src_type, relation, dst_type)`` triples) likewise
-  get contiguous homogeneous *edge* ids ``[edge_type_offsets[r], ...)``, in
-  the order the edges were given within a type.  The store's CSR is sorted by
-  destination, so ``edge_id.npy`` (aligned with ``indices``) gives each CSR
-  slot its homogeneous edge id and ``edge_type.npy`` its type;
-* ``node_type.npy`` (int32) and per-type features ``features_<ntype>.npy`` at
-  their own dims; ``labels.npy`` is -1 outside the labelled vertex type;
-* so that a homogeneous GNN can train on the result, ``features.npy`` holds
-  one row of a common dim per vertex (see :func:`common_features`).
-
-:class:`TypeMap` maps in both directions between ``(type, per-type id)`` and
-homogeneous ids; :func:`heterogenize` reads a store back into a
-:class:`HeteroGraph`, which the round-trip tests compare with the original.
+The algorithm that writes such a store is :mod:`gnnflow.data.homogenize`; the per-type directory
+format that ``gnnflow prepare import`` reads is :mod:`gnnflow.data.typed_dir`.
 """
 
 from __future__ import annotations
 
-import json
-import os
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from gnnflow.data.store import GraphStore, write_store
+from gnnflow.data.store import GraphStore
 from gnnflow.errors import GnnflowError, StoreError
-from gnnflow.io import log
 
 EdgeType = tuple[str, str, str]
 REVERSE_PREFIX = "rev_"
@@ -231,237 +218,6 @@ def _typemap(x: GraphStore | dict[str, Any]) -> TypeMap:
     return TypeMap.from_meta(x if isinstance(x, dict) else x.meta)
 
 
-def add_reverse_edges(hg: HeteroGraph) -> list[EdgeType]:
-    """Add ``(d, rev_r, s)`` for each relation ``(s, r, d)``; return the added types.
-
-    ogbn-mag's relations are one-way (author writes paper); without reverses a
-    paper never hears from its authors or fields.  DGL's ogbn-mag examples add
-    the same reverse types.
-    """
-    added = []
-    for s, r, d in sorted(hg.edges):
-        if r.startswith(REVERSE_PREFIX):
-            continue
-        rev = (d, REVERSE_PREFIX + r, s)
-        if rev not in hg.edges:
-            src, dst = hg.edges[(s, r, d)]
-            hg.edges[rev] = (dst, src)
-            added.append(rev)
-    return added
-
-
-def common_features(hg: HeteroGraph, indptr: np.ndarray, indices: np.ndarray,
-                    offsets: np.ndarray, fill: str, seed: int) -> tuple[np.ndarray, dict[str, str]]:
-    """One feature row of a common dim per homogeneous vertex.
-
-    The common dim is that of the target (labelled) type's features, else the
-    largest per-type dim.  Per type: features of that dim are copied as is;
-    features of another dim are mapped by a seeded Gaussian random projection
-    (scaled by 1/sqrt(dim), which keeps norms on average); types without
-    features get, with ``fill="neighbor-mean"``, the mean of their in-neighbours'
-    rows (repeated so that types two hops from a featured type are filled too),
-    or zeros with ``fill="zero"``.  Returns the matrix and how each type was filled.
-    """
-    dims = {t: x.shape[1] for t, x in hg.features.items()}
-    if not dims:
-        return np.zeros((int(offsets[-1]), 0), dtype=np.float32), {t: "none" for t in hg.node_types}
-    target = hg.target_node_type
-    dim = dims[target] if target in dims else max(dims.values())
-    n = int(offsets[-1])
-    out = np.zeros((n, dim), dtype=np.float32)
-    have = np.zeros(n, dtype=bool)
-    how: dict[str, str] = {}
-    rng = np.random.default_rng(seed)
-    for ti, t in enumerate(hg.node_types):
-        lo, hi = int(offsets[ti]), int(offsets[ti + 1])
-        if t not in hg.features:
-            continue
-        x = np.asarray(hg.features[t], dtype=np.float32)
-        if x.shape[1] == dim:
-            out[lo:hi] = x
-            how[t] = "own"
-        else:
-            proj = rng.standard_normal((x.shape[1], dim)).astype(np.float32) / np.sqrt(x.shape[1])
-            out[lo:hi] = x @ proj
-            how[t] = f"random-projection from dim {x.shape[1]}"
-        have[lo:hi] = True
-    missing = [t for t in hg.node_types if t not in hg.features]
-    if fill == "zero":
-        how.update({t: "zero" for t in missing})
-        return out, how
-    if fill != "neighbor-mean":
-        raise GnnflowError(f"feature fill {fill!r} must be 'neighbor-mean' or 'zero'")
-    for _hop in range(len(hg.node_types)):
-        rows = np.flatnonzero(~have)
-        if rows.size == 0 or not have.any():
-            break
-        cnt, total = _neighbor_sums(indptr, indices, rows, have, out)
-        ok = cnt > 0
-        if not ok.any():
-            break
-        out[rows[ok]] = (total[ok] / cnt[ok, None]).astype(np.float32)
-        have[rows[ok]] = True
-    for ti, t in enumerate(hg.node_types):
-        if t in missing:
-            lo, hi = int(offsets[ti]), int(offsets[ti + 1])
-            filled = int(have[lo:hi].sum())
-            how[t] = f"neighbor-mean ({filled}/{hi - lo} vertices, rest zero)"
-    return out, how
-
-
-def _neighbor_sums(indptr: np.ndarray, indices: np.ndarray, rows: np.ndarray, have: np.ndarray,
-                   x: np.ndarray, block: int = 1 << 16) -> tuple[np.ndarray, np.ndarray]:
-    """Per row in ``rows``: how many in-neighbours have ``have`` set, and the sum of their
-    rows of ``x`` (rows of ``x`` without ``have`` are zero), ``block`` rows at a time from
-    a (memory-mapped) CSR.  float32 sums in CSR order, as a scipy product over the
-    ``have`` columns would give (the zero rows add exact zeros)."""
-    import scipy.sparse as sp
-
-    from gnnflow.data.csr import gather_rows
-
-    cnt = np.empty(rows.shape[0], dtype=np.float32)
-    total = np.empty((rows.shape[0], x.shape[1]), dtype=np.float32)
-    weight = have.astype(np.float32)
-    for s in range(0, rows.shape[0], block):
-        sub_indptr, nbrs = gather_rows(indptr, indices, rows[s:s + block])
-        sub = sp.csr_matrix((np.ones(nbrs.shape[0], dtype=np.float32), nbrs, sub_indptr),
-                            shape=(sub_indptr.shape[0] - 1, x.shape[0]))
-        cnt[s:s + block] = sub @ weight
-        total[s:s + block] = sub @ x
-    return cnt, total
-
-
-def _typed_csr(hg: HeteroGraph, etypes: list[EdgeType], ntypes: list[str], offsets: np.ndarray,
-               eoffsets: np.ndarray, work: Path, chunk: int = 1 << 22) -> tuple[Path, Path, Path, Path]:
-    """CSR over destinations of all typed edges with homogeneous ids, built on disk: each
-    row keeps its edges in edge-id order (a stable sort by ``dst * N + src``), nothing
-    deduplicated.  Returns the paths of ``indptr``, ``indices``, ``edge_id`` (CSR slot ->
-    homogeneous edge id) and ``edge_type`` (int32)."""
-    from gnnflow.data.external_csr import ExternalCSRBuilder, NpyAppender
-    from gnnflow.io import progress, release_pages, row_chunks
-
-    n, m = int(offsets[-1]), int(eoffsets[-1])
-    builder = ExternalCSRBuilder(n, work, symmetrize=False, dedup=False, drop_self_loops=False,
-                                 edge_ids=True, expected_edges=m, what=hg.name)
-    for r, (s, rel, d) in enumerate(progress(etypes, desc="typed edges")):
-        s_local, d_local = hg.edges[(s, rel, d)]
-        so, do, lo = offsets[ntypes.index(s)], offsets[ntypes.index(d)], int(eoffsets[r])
-        for start in range(0, s_local.shape[0], chunk):
-            a = np.asarray(s_local[start:start + chunk], dtype=np.int64) + so
-            b = np.asarray(d_local[start:start + chunk], dtype=np.int64) + do
-            builder.add(a, b, np.arange(lo + start, lo + start + a.shape[0], dtype=np.int64))
-            release_pages(s_local, d_local)
-    paths = [work / f"{k}.npy" for k in ("indptr", "indices", "edge_id", "edge_type")]
-    builder.finish(paths[0], paths[1], paths[2])
-    edge_type = NpyAppender(paths[3], np.int32)
-    eids = np.load(paths[2], mmap_mode="r")
-    for _, block in row_chunks(eids):
-        edge_type.append(np.searchsorted(eoffsets, block, side="right") - 1)
-    edge_type.close()
-    return paths[0], paths[1], paths[2], paths[3]
-
-
-def homogenize(hg: HeteroGraph, *, reverse_edges: bool = True, feature_fill: str = "neighbor-mean",
-               seed: int = 0, source: str = "hetero",
-               workdir: str | os.PathLike[str] | None = None) -> dict[str, Any]:
-    """Homogenize ``hg`` (DistDGLv2 §4.1.1); return keyword arguments for ``write_store``.
-
-    The CSR is built on disk (:class:`ExternalCSRBuilder`, memory bounded by a bucket,
-    the edge arrays of ``hg`` may be memory maps), so ``indptr``, ``indices``,
-    ``edge_id`` and ``edge_type`` come back as ``.npy`` paths in ``workdir``; without a
-    ``workdir`` they are built in a temporary one and returned as arrays.
-    """
-    if workdir is None:
-        import tempfile
-
-        with tempfile.TemporaryDirectory(prefix="gnnflow-homogenize-") as tmp:
-            data = homogenize(hg, reverse_edges=reverse_edges, feature_fill=feature_fill,
-                              seed=seed, source=source, workdir=tmp)
-            for key in ("indptr", "indices"):
-                data[key] = np.load(data[key])
-            data["extra_arrays"] = {k: np.load(v) if isinstance(v, Path) else v
-                                    for k, v in data["extra_arrays"].items()}
-            return data
-    work = Path(workdir)
-    hg.validate(hg.name)
-    hg = HeteroGraph(hg.name, dict(hg.num_nodes), dict(hg.edges), hg.features, hg.labels,
-                     hg.splits, hg.num_classes, hg.target_node_type)
-    reversed_types = add_reverse_edges(hg) if reverse_edges else []
-    ntypes = hg.node_types
-    log.info("homogenizing %s: %d vertex types, %d edge types", hg.name, len(ntypes), len(hg.edges))
-    counts = np.array([hg.num_nodes[t] for t in ntypes], dtype=np.int64)
-    offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
-    n = int(offsets[-1])
-    # Original relations first (sorted), then their reverses (sorted), so the
-    # original edge ids do not depend on whether reverses were added.
-    etypes = sorted(e for e in hg.edges if e not in reversed_types) + sorted(reversed_types)
-    ecounts = np.array([hg.edges[e][0].shape[0] for e in etypes], dtype=np.int64)
-    eoffsets = np.concatenate([[0], np.cumsum(ecounts)]).astype(np.int64)
-    indptr, indices, edge_id, edge_type = _typed_csr(hg, etypes, ntypes, offsets, eoffsets, work)
-
-    node_type = np.repeat(np.arange(len(ntypes), dtype=np.int32), counts)
-    labels = np.full(n, -1, dtype=np.int64)
-    for t, y in hg.labels.items():
-        ti = ntypes.index(t)
-        labels[offsets[ti] : offsets[ti + 1]] = y
-    split_ids = {}
-    for split in ("train", "val", "test"):
-        per_type = hg.splits.get(split, {})
-        parts = [np.asarray(per_type[t], dtype=np.int64) + offsets[ntypes.index(t)]
-                 for t in ntypes if t in per_type]
-        split_ids[split] = np.concatenate(parts) if parts else np.empty(0, dtype=np.int64)
-    features, fill_how = common_features(hg, np.load(indptr, mmap_mode="r"),
-                                         np.load(indices, mmap_mode="r"), offsets, feature_fill, seed)
-    extra: dict[str, Any] = {"node_type": node_type, "edge_type": edge_type, "edge_id": edge_id}
-    for t, x in hg.features.items():
-        extra[f"features_{t}"] = np.asarray(x, dtype=np.float32)
-    meta = {
-        "homogenized": True,
-        "node_types": ntypes,
-        "node_type_offsets": offsets.tolist(),
-        "edge_types": [list(e) for e in etypes],
-        "edge_type_offsets": eoffsets.tolist(),
-        "reverse_edge_types": [list(e) for e in reversed_types],
-        "num_nodes_per_type": {t: int(c) for t, c in zip(ntypes, counts, strict=True)},
-        "num_edges_per_type": {"___".join(e): int(c) for e, c in zip(etypes, ecounts, strict=True)},
-        "target_node_type": hg.target_node_type,
-        "type_feature_dims": {t: int(hg.features[t].shape[1]) for t in ntypes if t in hg.features},
-        "common_features": {"dim": int(features.shape[1]), "fill": feature_fill, "per_type": fill_how},
-    }
-    return {
-        "name": hg.name,
-        "source": source,
-        "indptr": indptr,
-        "indices": indices,
-        "features": features if features.shape[1] else None,
-        "labels": labels,
-        "train_idx": split_ids["train"],
-        "val_idx": split_ids["val"],
-        "test_idx": split_ids["test"],
-        "num_classes": hg.num_classes,
-        "directed": not reverse_edges,
-        "extra_arrays": extra,
-        "meta": meta,
-    }
-
-
-def write_hetero_store(hg: HeteroGraph, out: str | os.PathLike[str], *, overwrite: bool = False,
-                       reverse_edges: bool = True, feature_fill: str = "neighbor-mean",
-                       seed: int = 0, source: str = "hetero",
-                       meta: dict[str, Any] | None = None,
-                       normalize_features: str = "none") -> GraphStore:
-    """Homogenize ``hg`` and write it as a graph store (atomically)."""
-    from gnnflow.data.arrays import scratch_dir
-
-    with scratch_dir(out, "homogenize") as work:
-        data = homogenize(hg, reverse_edges=reverse_edges, feature_fill=feature_fill, seed=seed,
-                          source=source, workdir=work)
-        data["meta"].update(meta or {})
-        store = write_store(out, overwrite=overwrite, normalize_features=normalize_features, **data)
-    validate_hetero(store, full=False)  # edge_id is a permutation by construction
-    return store
-
-
 def validate_hetero(store: GraphStore, full: bool = True) -> TypeMap:
     """Check the type arrays of a homogenized store against its meta; return its TypeMap.
 
@@ -514,139 +270,5 @@ def validate_hetero(store: GraphStore, full: bool = True) -> TypeMap:
     return tm
 
 
-def heterogenize(store: GraphStore, include_reverse: bool = False) -> HeteroGraph:
-    """Read a homogenized store back into per-type ids (the inverse of :func:`homogenize`)."""
-    tm = validate_hetero(store)
-    n, m = store.num_nodes, store.num_edges
-    slot_of_eid = np.empty(m, dtype=np.int64)
-    slot_of_eid[np.asarray(store.extra["edge_id"])] = np.arange(m, dtype=np.int64)
-    dst_of_slot = np.repeat(np.arange(n, dtype=np.int64), np.diff(store.indptr))
-    reverse = {tuple(e) for e in store.meta.get("reverse_edge_types", [])}
-    edges = {}
-    for r, (s, rel, d) in enumerate(tm.edge_types):
-        if (s, rel, d) in reverse and not include_reverse:
-            continue
-        slots = slot_of_eid[tm.edge_type_offsets[r] : tm.edge_type_offsets[r + 1]]
-        edges[(s, rel, d)] = (tm.to_type_id(store.indices[slots])[1],
-                              tm.to_type_id(dst_of_slot[slots])[1])
-    labels, features, splits = {}, {}, {}
-    for ti, t in enumerate(tm.node_types):
-        lo, hi = int(tm.node_type_offsets[ti]), int(tm.node_type_offsets[ti + 1])
-        y = np.asarray(store.labels[lo:hi])
-        if (y >= 0).any():
-            labels[t] = y.copy()
-        if f"features_{t}" in store.extra:
-            features[t] = np.asarray(store.extra[f"features_{t}"])
-    for split in ("train", "val", "test"):
-        ids = np.asarray(store.split(split))
-        types, local = tm.to_type_id(ids)
-        splits[split] = {t: local[types == ti] for ti, t in enumerate(tm.node_types)
-                         if (types == ti).any()}
-    return HeteroGraph(
-        name=store.name,
-        num_nodes={t: tm.num_nodes_of(t) for t in tm.node_types},
-        edges=edges, features=features, labels=labels, splits=splits,
-        num_classes=store.num_classes, target_node_type=store.meta.get("target_node_type"),
-    )
-
-
 # ---------------------------------------------------------------------------
 # The typed-directory layout read by `gnnflow homogenize` (docs/data.md).
-
-def write_typed_dir(hg: HeteroGraph, out: str | os.PathLike[str], overwrite: bool = False) -> None:
-    """Write ``hg`` in the typed-directory layout (atomically)."""
-    from gnnflow.io import atomic_dir
-
-    with atomic_dir(out, overwrite=overwrite) as tmp:
-        graph = {
-            "name": hg.name,
-            "num_nodes": hg.num_nodes,
-            "edge_types": [list(e) for e in hg.edge_types],
-            "num_classes": hg.num_classes,
-            "target_node_type": hg.target_node_type,
-        }
-        (tmp / "graph.json").write_text(json.dumps(graph, indent=2) + "\n")
-        for t in hg.node_types:
-            d = tmp / "nodes" / t
-            d.mkdir(parents=True)
-            if t in hg.features:
-                np.save(d / "features.npy", np.asarray(hg.features[t], dtype=np.float32))
-            if t in hg.labels:
-                np.save(d / "labels.npy", np.asarray(hg.labels[t], dtype=np.int64))
-            for split, per_type in hg.splits.items():
-                if t in per_type:
-                    np.save(d / f"{split}_idx.npy", np.asarray(per_type[t], dtype=np.int64))
-        (tmp / "edges").mkdir()
-        for e in hg.edge_types:
-            src, dst = hg.edges[e]
-            np.save(tmp / "edges" / f"{'___'.join(e)}.npy", np.stack([src, dst]).astype(np.int64))
-
-
-def read_typed_dir(path: str | os.PathLike[str]) -> HeteroGraph:
-    """Read the typed-directory layout; raise GnnflowError naming a bad file."""
-    from gnnflow.data.arrays import load_npy
-
-    path = Path(path)
-    gfile = path / "graph.json"
-    if not gfile.exists():
-        raise GnnflowError(f"{gfile}: missing; a typed graph directory needs graph.json "
-                           "(see docs/data.md)")
-    try:
-        graph = json.loads(gfile.read_text())
-        num_nodes = {str(t): int(c) for t, c in graph["num_nodes"].items()}
-        etypes = [tuple(e) for e in graph["edge_types"]]
-    except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
-        raise GnnflowError(f"{gfile}: needs 'num_nodes' {{type: count}} and 'edge_types' "
-                           f"[[src, rel, dst], ...] ({exc})") from None
-    edges = {}
-    for e in etypes:
-        f = path / "edges" / f"{'___'.join(e)}.npy"
-        arr = load_npy(f)
-        if arr.ndim != 2 or arr.shape[0] != 2:
-            raise GnnflowError(f"{f}: must be an int array of shape [2, num_edges], got {arr.shape}")
-        edges[e] = (arr[0].astype(np.int64), arr[1].astype(np.int64))
-    features, labels, splits = {}, {}, {}
-    for t in num_nodes:
-        d = path / "nodes" / t
-        if (d / "features.npy").exists():
-            features[t] = load_npy(d / "features.npy").astype(np.float32)
-        if (d / "labels.npy").exists():
-            labels[t] = load_npy(d / "labels.npy").astype(np.int64)
-        for split in ("train", "val", "test"):
-            if (d / f"{split}_idx.npy").exists():
-                splits.setdefault(split, {})[t] = load_npy(d / f"{split}_idx.npy").astype(np.int64)
-    num_classes = int(graph.get("num_classes") or
-                      max((int(y.max()) + 1 for y in labels.values() if y.size), default=0))
-    hg = HeteroGraph(name=str(graph.get("name", path.name)), num_nodes=num_nodes, edges=edges,
-                     features=features, labels=labels, splits=splits, num_classes=num_classes,
-                     target_node_type=graph.get("target_node_type"))
-    hg.validate(str(path))
-    return hg
-
-
-def hetero_equal(a: HeteroGraph, b: HeteroGraph) -> list[str]:
-    """Differences between two typed graphs (empty when equal); used by round-trip checks."""
-    diffs = []
-    if a.num_nodes != b.num_nodes:
-        diffs.append(f"num_nodes {a.num_nodes} != {b.num_nodes}")
-    if set(a.edges) != set(b.edges):
-        diffs.append(f"edge types {sorted(a.edges)} != {sorted(b.edges)}")
-    for e in set(a.edges) & set(b.edges):
-        for i, side in enumerate(("src", "dst")):
-            if not np.array_equal(a.edges[e][i], b.edges[e][i]):
-                diffs.append(f"{e} {side} differ")
-    if set(a.features) != set(b.features):
-        diffs.append(f"feature types {sorted(a.features)} != {sorted(b.features)}")
-    for t in set(a.features) & set(b.features):
-        if not np.array_equal(a.features[t], b.features[t]):
-            diffs.append(f"features of {t} differ")
-    for t in set(a.labels) | set(b.labels):
-        ya, yb = a.labels.get(t), b.labels.get(t)
-        if ya is None or yb is None or not np.array_equal(ya, yb):
-            diffs.append(f"labels of {t} differ")
-    for split in ("train", "val", "test"):
-        sa, sb = a.splits.get(split, {}), b.splits.get(split, {})
-        for t in set(sa) | set(sb):
-            if t not in sa or t not in sb or not np.array_equal(np.sort(sa[t]), np.sort(sb[t])):
-                diffs.append(f"{split} split of {t} differs")
-    return diffs

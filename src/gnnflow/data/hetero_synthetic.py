@@ -24,7 +24,8 @@ from typing import Any
 
 import numpy as np
 
-from gnnflow.data.hetero import HeteroGraph, write_hetero_store
+from gnnflow.data.hetero import HeteroGraph
+from gnnflow.data.homogenize import write_hetero_store
 from gnnflow.data.store import GraphStore
 from gnnflow.data.synthetic import EndpointSampler
 from gnnflow.errors import ConfigError

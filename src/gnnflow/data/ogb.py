@@ -32,7 +32,8 @@ import numpy as np
 
 from gnnflow.data.arrays import scratch_dir
 from gnnflow.data.download import default_cache_dir, download, extract_zip
-from gnnflow.data.hetero import HeteroGraph, write_hetero_store
+from gnnflow.data.hetero import HeteroGraph
+from gnnflow.data.homogenize import write_hetero_store
 from gnnflow.data.safe_load import load_torch_arrays
 from gnnflow.data.store import GraphStore, write_store
 from gnnflow.errors import ConfigError, DownloadError, GnnflowError

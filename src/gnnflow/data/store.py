@@ -23,7 +23,7 @@ store is scanned once (id ranges, monotone ``indptr``, labels, finite features,
 a non-empty labelled training split) and its checksums, fingerprint and the
 invariants found are recorded in ``meta.json``.  Opening checks headers, shapes,
 file sizes and the checksums of small files only, in time independent of the
-edge count; :func:`check_store` (``gnnflow check``) repeats the full scan.
+edge count; :func:`gnnflow.data.check.check_store` (``gnnflow check``) repeats the full scan.
 Problems raise :class:`StoreError` naming the file.
 """
 
@@ -208,7 +208,7 @@ def validate_store(s: GraphStore, checksums: bool = True) -> None:
     :data:`SMALL_FILE` and the fingerprint.  Raise StoreError naming the file.
 
     The scans of the big arrays (id ranges, monotone ``indptr``, labels, finite features,
-    every checksum) ran when the store was written; :func:`check_store` repeats them.
+    every checksum) ran when the store was written; :func:`gnnflow.data.check.check_store` repeats them.
     """
     p = s.path
     for key in ("name", "num_nodes", "num_edges", "num_classes"):
@@ -324,25 +324,6 @@ def scan_store(s: GraphStore, *, checksums: bool = True, features: bool = True,
         elif "fingerprint" in s.meta and store_fingerprint(s.meta) != s.meta["fingerprint"]:
             problems.append(f"{p / 'meta.json'}: fingerprint does not match its counts and checksums")
     return problems, facts
-
-
-def check_store(path: str | os.PathLike[str], show_progress: bool = True) -> list[str]:
-    """Everything :func:`scan_store` checks, plus the open-time checks and, for a
-    homogenized typed store, the type arrays; the problems found, one line each."""
-    try:
-        store = open_store(path, validate=False)
-        validate_store(store, checksums=False)  # the scan recomputes every checksum
-    except StoreError as exc:
-        return [str(exc)]
-    problems, _ = scan_store(store, show_progress=show_progress)
-    if "edge_id" in store.extra and "node_type" in store.extra:
-        from gnnflow.data.hetero import validate_hetero
-
-        try:
-            validate_hetero(store)
-        except StoreError as exc:
-            problems.append(str(exc))
-    return problems
 
 
 def checksum_problems(root: Path, sums: dict[str, str], *, max_size: int | None = None,

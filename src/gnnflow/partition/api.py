@@ -13,7 +13,6 @@ import importlib
 import json
 import os
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +21,7 @@ import numpy as np
 from gnnflow.data.store import store_fingerprint
 from gnnflow.errors import ConfigError, StoreError
 from gnnflow.io import atomic_dir, provenance
+from gnnflow.partition.assignment import Assignment
 from gnnflow.partition.book import (
     FORMAT,
     VERSION,
@@ -30,17 +30,6 @@ from gnnflow.partition.book import (
     scan_book,
     write_parts,
 )
-
-
-@dataclass
-class Assignment:
-    """What a method returns: vertex -> part, plus method-specific arrays and meta."""
-
-    node_part: np.ndarray
-    arrays: dict[str, np.ndarray] = field(default_factory=dict)  # e.g. node_machine, perm
-    meta: dict[str, Any] = field(default_factory=dict)  # e.g. tile_nnz, levels, library
-    constraints: list[str] | None = None  # constraints whose balance the report checks
-
 
 # method -> "module:function"
 METHODS: dict[str, str] = {
@@ -108,7 +97,7 @@ def partition_graph(store: Any, method: str, num_parts: int, out: str | os.PathL
     fn = get_method(method)
     store = open_graph(store)
     if method == "two-level" and "levels" in params:
-        from gnnflow.partition.methods import parse_levels
+        from gnnflow.partition.assignment import parse_levels
 
         m, w = parse_levels(params["levels"])
         params["levels"] = (m, w)

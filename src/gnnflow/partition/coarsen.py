@@ -84,7 +84,7 @@ def _ptr(a: np.ndarray | None) -> ctypes.c_void_p | None:
 def _graph(indptr: np.ndarray, indices: np.ndarray, edge_weights: np.ndarray | None,
            ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
     """The kernels' layout: int64 indptr, int32 neighbour ids, int32 weights or None."""
-    from gnnflow.partition.metis import as_idx
+    from gnnflow.io import as_idx
 
     ew = None if edge_weights is None else as_idx(np.asarray(edge_weights), np.int32)
     return as_idx(indptr, np.int64), as_idx(indices, np.int32), ew

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from gnnflow.errors import ConfigError
-from gnnflow.partition.api import Assignment
+from gnnflow.partition.assignment import Assignment, parse_levels
 from gnnflow.partition.metis import (
     metis_graph,
     metis_partition,
@@ -137,20 +137,6 @@ def permute_1d_partition(store: Any, num_parts: int, seed: int = 0, permute: boo
             "tile_nnz_unpermuted_max_over_mean": float(tiles_natural.max() / tiles_natural.mean())
             if tiles_natural.sum() else 1.0}
     return Assignment(node_part, arrays={"perm": perm}, meta=meta, constraints=["vertices", "train", "edges"])
-
-
-def parse_levels(levels: Any) -> tuple[int, int]:
-    """``"2x4"`` / ``(2, 4)`` -> (machines, workers per machine)."""
-    try:
-        if isinstance(levels, str):
-            m, w = (int(x) for x in levels.lower().replace("×", "x").split("x"))
-        else:
-            m, w = (int(x) for x in levels)
-    except (ValueError, TypeError):
-        raise ConfigError(f"--levels must look like MxW (machines x workers), got {levels!r}") from None
-    if m < 1 or w < 1:
-        raise ConfigError(f"--levels {levels}: machines and workers must be >= 1")
-    return m, w
 
 
 def induced_subgraph(indptr: np.ndarray, indices: np.ndarray, vertices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

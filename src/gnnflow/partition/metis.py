@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from gnnflow.errors import ConfigError, GnnflowError
+from gnnflow.io import as_idx
 
 log = logging.getLogger("gnnflow.partition")
 
@@ -103,20 +104,6 @@ def symmetric_edge_weights(indptr: np.ndarray, indices: np.ndarray, weights: np.
     if rev.size and not np.array_equal(keys[np.minimum(rev, keys.size - 1)], indices * n + dst):
         raise GnnflowError("edge weights need a symmetric graph with sorted neighbour lists")
     return weights + weights[rev]
-
-
-def as_idx(arr: np.ndarray, idx: type, chunk: int = 1 << 22) -> np.ndarray:
-    """``arr`` as a contiguous ``idx`` array; a memory map of another dtype is converted
-    ``chunk`` entries at a time and its pages dropped as it goes (RSS: the copy only)."""
-    if isinstance(arr, np.ndarray) and arr.dtype == idx and arr.flags.c_contiguous:
-        return arr
-    from gnnflow.partition.book import release_pages
-
-    out = np.empty(arr.shape[0], dtype=idx)
-    for s in range(0, arr.shape[0], chunk):
-        out[s:s + chunk] = arr[s:s + chunk]
-        release_pages(arr)
-    return out
 
 
 def trim_heap() -> None:
@@ -217,7 +204,7 @@ def metis_partition(store: Any, num_parts: int, seed: int = 0, *,
     ``vertex_weights`` ([N, ncon]) replaces the named constraints (used by the
     presample methods), ``edge_weights`` gives one weight per CSR entry.
     """
-    from gnnflow.partition.api import Assignment
+    from gnnflow.partition.assignment import Assignment
     from gnnflow.partition.constraints import constraint_weights, parse_constraints
 
     names = parse_constraints(constraints)

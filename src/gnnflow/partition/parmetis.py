@@ -106,7 +106,7 @@ def parmetis_partition(store: Any, num_parts: int, seed: int = 0, *, num_ranks: 
                        idx_bits: int = 32, library: str | None = None, launcher: str = "mpirun",
                        constraints: Any = None, imbalance: float = 1.05, timeout_s: float = 1800.0) -> Any:
     """The ``parmetis`` method: run :func:`rank_main` on ``num_ranks`` MPI ranks and gather parts."""
-    from gnnflow.partition.api import Assignment
+    from gnnflow.partition.assignment import Assignment
     from gnnflow.partition.constraints import known_constraints, parse_constraints
 
     names = parse_constraints(constraints or ["vertices"])

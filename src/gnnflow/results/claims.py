@@ -17,8 +17,8 @@ from typing import Any
 
 import yaml
 
+from gnnflow.config import key_path
 from gnnflow.errors import ConfigError
-from gnnflow.workflow import key_path
 
 SCHEMA = Path(__file__).resolve().parents[3] / "workflow" / "schemas" / "claims.schema.yaml"
 SELECT_KEYS = ("run", "sweep", "strategy", "partition", "dataset", "model", "workers", "opt")

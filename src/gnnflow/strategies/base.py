@@ -1,4 +1,4 @@
-"""The interface every training strategy implements, and the registry of strategies.
+"""The interface every training strategy implements.
 
 A strategy is a small composition of shared pieces (sampler, layers, feature
 store, shuffles, plans).  The driver calls, on every rank::
@@ -7,47 +7,28 @@ store, shuffles, plans).  The driver calls, on every rank::
     for epoch: loss = s.run_epoch(epoch, recorder); accs = s.evaluate()
 
 and writes one :class:`~gnnflow.results.schema.EpochRecord` per epoch and rank.
+
+A strategy class also owns what is known about it before any rank starts: its typed options
+(``Options``, :mod:`gnnflow.options`), the partition book it trains on (``partition_methods``,
+:meth:`book_parts`), whether it claims single-process mathematics (``exact``: then
+:mod:`gnnflow.strategies.verify` has its check), and its peak memory per process
+(:meth:`memory_terms`, with the shared terms of :mod:`gnnflow.strategies.memory`).  Strategy
+names map to classes in :data:`gnnflow.config.STRATEGIES`.
 """
 
 from __future__ import annotations
 
 import importlib
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import torch
 
-from gnnflow.config import TrainConfig
+from gnnflow.config import STRATEGIES, TrainConfig
 from gnnflow.errors import ConfigError
+from gnnflow.options import StrategyOptions
 from gnnflow.results.schema import Recorder
-
-# strategy name -> "module:Class"; modules are imported on use.
-STRATEGIES: dict[str, str] = {
-    "single": "gnnflow.strategies.single:SingleProcess",
-    "data": "gnnflow.strategies.data_parallel:DataParallel",
-    "distdgl": "gnnflow.strategies.distdgl:DistDGLBaseline",
-    "split": "gnnflow.strategies.split_parallel:SplitParallel",
-    "p3": "gnnflow.strategies.p3:PushPull",
-    "fullbatch": "gnnflow.strategies.fullbatch:FullBatch",
-    "hec": "gnnflow.strategies.hec:HistoricalEmbeddingCache",
-    "dgcl": "gnnflow.strategies.dgcl:PlannedHalo",
-}
-
-
-@dataclass
-class RankContext:
-    """Where this rank runs: its index, the group size and the device."""
-
-    rank: int = 0
-    world_size: int = 1
-    device: torch.device = torch.device("cpu")
-    #: index among the ranks of this host (picks the device); equals ``rank`` on one host
-    local_rank: int = 0
-
-    @property
-    def is_distributed(self) -> bool:
-        return self.world_size > 1
+from gnnflow.runtime.context import RankContext
 
 
 class Strategy(ABC):
@@ -56,6 +37,43 @@ class Strategy(ABC):
     name: ClassVar[str]
     #: True when the strategy runs several ranks (needs a partition book).
     distributed: ClassVar[bool] = True
+    #: the strategy's typed options (``cfg.options`` is parsed into one, once)
+    Options: ClassVar[type[StrategyOptions]] = StrategyOptions
+    #: the partition methods whose books it trains on (None: any)
+    partition_methods: ClassVar[frozenset[str] | None] = None
+    #: True when it claims single-process mathematics (``gnnflow verify`` checks it exactly);
+    #: False when it is approximate (checked by accuracy at equal epochs) or a peer
+    exact: ClassVar[bool] = False
+
+    @classmethod
+    def parse_options(cls, cfg: TrainConfig) -> TrainConfig:
+        """``cfg`` with its options parsed into :attr:`Options` (the same object when they are)."""
+        if isinstance(cfg.options, cls.Options):
+            return cfg
+        return cfg.replace(options=cls.Options.parse(cfg.options, cls.name))
+
+    @classmethod
+    def check_config(cls, cfg: TrainConfig) -> None:
+        """What this strategy refuses in ``cfg`` (options parsed), in one line; run before any rank
+        starts (:func:`gnnflow.strategies.preflight.check_run`) and by every rank.  The base
+        refuses nothing."""
+        return None
+
+    @classmethod
+    def estimate_memory(cls, cfg: TrainConfig) -> Any:
+        """The run's peak memory per process (:class:`~gnnflow.strategies.memory.MemoryEstimate`),
+        from the store's and the book's metadata."""
+        from gnnflow.strategies.memory import estimate_run
+
+        return estimate_run(cfg, cls)
+
+    @classmethod
+    def memory_terms(cls, cfg: TrainConfig, sizes: Any, r: int, parts: list[Any]) -> tuple[dict[str, int], dict[str, int]]:
+        """Rank ``r``'s peak bytes by term, and its helper processes' by role (see
+        :func:`gnnflow.strategies.memory.estimate`); ``cfg.options`` are parsed."""
+        from gnnflow.strategies.memory import BASE, shard_bytes
+
+        return {"baseline": BASE, **shard_bytes(parts[r], sizes)}, {}
 
     @classmethod
     def book_parts(cls, cfg: TrainConfig) -> int | None:
@@ -70,7 +88,10 @@ class Strategy(ABC):
         return {"global_batch": cfg.batch_size, "per_rank": cfg.batch_size / ranks}
 
     def __init__(self, cfg: TrainConfig, ctx: RankContext) -> None:
-        self.cfg = cfg
+        self.cfg = self.parse_options(cfg)
+        self.check_config(self.cfg)
+        #: the parsed options (``self.cfg.options``)
+        self.options: Any = self.cfg.options
         self.ctx = ctx
         self.model: torch.nn.Module | None = None
         self.optimizer: torch.optim.Optimizer | None = None
@@ -103,7 +124,33 @@ class Strategy(ABC):
 
 
 def strategy_class(name: str) -> type[Strategy]:
+    """The class of strategy ``name`` (its module is imported now)."""
     if name not in STRATEGIES:
         raise ConfigError(f"strategy: unknown strategy {name!r}; choose one of {', '.join(STRATEGIES)}")
     module, cls = STRATEGIES[name].split(":")
     return getattr(importlib.import_module(module), cls)
+
+
+def option_flags() -> list[tuple[str, str, Any, str]]:
+    """``gnnflow train``'s shortcut flags for strategy options: ``(flag, option, value or type,
+    help)`` for every option field that names a ``flag`` (:func:`gnnflow.options.option`), once
+    per flag, its help prefixed by the strategies that have it."""
+    import dataclasses
+
+    found: dict[str, tuple[str, Any, str]] = {}
+    users: dict[str, list[str]] = {}
+    for name in STRATEGIES:
+        for f in dataclasses.fields(strategy_class(name).Options):
+            flag = f.metadata.get("flag")
+            if not flag:
+                continue
+            value = f.metadata["flag_value"]
+            if value is None:  # the flag takes the option's value
+                base = str(f.type).replace(" ", "").removesuffix("|None")
+                value = {"int": int, "float": float}.get(base, str)
+            spec = (f.name, value, f.metadata["help"])
+            if found.setdefault(flag, spec)[:2] != spec[:2]:
+                raise TypeError(f"option flag {flag} means two things: {found[flag][:2]} and {spec[:2]}")
+            users.setdefault(flag, []).append(name)
+    return [(flag, key, value, f"{'/'.join(users[flag])}: {help_text}")
+            for flag, (key, value, help_text) in found.items()]

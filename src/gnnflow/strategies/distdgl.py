@@ -60,7 +60,7 @@ A third patch is not about hosts: DGL draws neighbours with one random engine
 per process, consumed in the order requests arrive, and a server serves all
 trainers' requests as they come, so two runs of the same configuration sample
 differently (two 1-host runs of the default config: loss 3.1724 vs 3.1489
-after one epoch).  With ``options.seeded_sampling`` (default true) every
+after one epoch).  With the option ``seeded_sampling`` (default true) every
 process of the run wraps ``graph_services._sample_neighbors`` (the one function
 that samples, for a server's requests and for the local partition alike) so
 that it first seeds DGL's engine with a hash of the run's seed, the fanout
@@ -103,6 +103,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -111,17 +112,22 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from gnnflow.config import option_bool
-from gnnflow.distributed.comm import all_gather
-from gnnflow.distributed.devices import HOST
+from gnnflow.comm.collectives import all_gather
 from gnnflow.errors import ConfigError, DistributedError
 from gnnflow.io import ticking
+from gnnflow.options import StrategyOptions, option
 from gnnflow.partition.dgl_interop import dgl_layout, ensure_dgl_layout
 from gnnflow.results.schema import Recorder
-from gnnflow.strategies.base import RankContext, Strategy
+from gnnflow.runtime.context import RankContext
+from gnnflow.runtime.devices import HOST
+from gnnflow.strategies.base import Strategy
 from gnnflow.strategies.distdgl_janitor import start_janitor
 from gnnflow.strategies.memory import (
-    DGL_EVAL_BATCH as EVAL_BATCH,  # destinations per evaluation batch
+    BASE_DGL,
+    DGL_EVAL_BATCH,
+    DGL_EVAL_EDGE_BYTES,
+    RunSizes,
+    sampled_layers,
 )
 
 SPLITS = ("train", "val", "test")
@@ -226,15 +232,6 @@ def _sampler_process(rpc_config: Any, mp_contexts: Any) -> None:
     dist_context.init_process(rpc_config, mp_contexts)
 
 
-def num_samplers(cfg: Any) -> int:
-    """``options.num_samplers`` (DGL sampler processes per trainer, default :data:`DEFAULT_SAMPLERS`)."""
-    value = cfg.options.get("num_samplers", DEFAULT_SAMPLERS)
-    if isinstance(value, bool) or not str(value).strip().isdigit():
-        raise ConfigError(f"options.num_samplers: expected a count >= 0 of DGL sampler processes per "
-                          f"trainer, got {value!r}")
-    return int(value)
-
-
 def machine_configs(layout: Path, num_parts: int, run: str, run_dir: Path) -> list[Path]:
     """In ``run_dir``, one partition config per DGL machine (= part = trainer) naming the graph
     ``<run>m<r>``, with absolute paths into ``layout`` (a host holds only its own parts' files:
@@ -293,17 +290,54 @@ def _server_main() -> None:
 
 
 # ---------------------------------------------------------------------------- the strategy
+@dataclass(frozen=True)
+class DistDGLOptions(StrategyOptions):
+    """The DistDGL peer's options."""
+
+    num_samplers: int = option(DEFAULT_SAMPLERS, "DGL sampler processes per trainer", minimum=0)
+    seeded_sampling: bool = option(True, "seed every sampling request from the run's seed and the request "
+                                   "(patch 3: the peer's runs repeat); false: DGL as it ships")
+
+
 class DistDGLBaseline(Strategy):
     """DGL's DistDGL (DistGraph, DistNodeDataLoader, DDP) on the partition book's partitions."""
 
     name = "distdgl"
     distributed = True
+    Options = DistDGLOptions
 
-    def __init__(self, cfg: Any, ctx: RankContext) -> None:
-        super().__init__(cfg, ctx)
+    @classmethod
+    def memory_terms(cls, run: RunSizes, r: int) -> tuple[dict[str, int], dict[str, int]]:
+        """A trainer importing DGL, DGL's prefetch queue and the trained batch, and DGL's layer-wise
+        evaluation: one-hop full-neighbourhood blocks of ``DGL_EVAL_BATCH`` seeds, the pulled rows,
+        and the trainer's part of the two hidden DistTensors in use (the layer read and the layer
+        written; the server holds them too).  Helpers: one DGL server per part holding its
+        partition (inner and halo structure in int64, features, shared memory) and the sampler
+        processes."""
+        part, n, m = run.parts[r], run.sizes.num_nodes, run.sizes.num_edges
+        terms = {"baseline": BASE_DGL, "model": run.model, "batch": int(run.batch_rows * 2 + run.acts)}
+        one = sampled_layers(DGL_EVAL_BATCH, [-1], n, m)
+        hidden = [d for _, d in run.dims[:-1]]
+        width = max([run.f_dim] + hidden)
+        tables = 4 * (n / len(run.parts)) * sum(sorted(hidden)[-2:])
+        terms["evaluation"] = max(0, int(DGL_EVAL_EDGE_BYTES * DGL_EVAL_BATCH * m / max(1, n)
+                                         + 8 * one[0] * width + tables - terms["batch"]))
+        server = BASE_DGL + int(8 * 3 * (part.edges + part.halo) + 4 * part.inner * run.f_dim
+                                + 16 * (part.inner + part.halo) + tables)
+        helper = {"server": server}
+        samplers = run.cfg.options.num_samplers
+        if samplers > 0:
+            helper["sampler"] = samplers * (BASE_DGL + int(4 * 8 * sum(run.levels) * 4))
+        return terms, helper
+
+    @classmethod
+    def check_config(cls, cfg: Any) -> None:
         if cfg.graph_degrees:
             raise ConfigError("gcn_degrees=graph: DGL's GraphConv normalises a sampled block by its own "
                               "degrees; run the DistDGL peer with --gcn-degrees block")
+
+    def __init__(self, cfg: Any, ctx: RankContext) -> None:
+        super().__init__(cfg, ctx)
         self.servers: list[subprocess.Popen] = []
         self.janitor: subprocess.Popen | None = None
         self.run: str | None = None  # this run's token in shared-memory names
@@ -312,14 +346,14 @@ class DistDGLBaseline(Strategy):
         import dgl
         import dgl.distributed as dgld
 
-        from gnnflow.distributed.comm import world
-        from gnnflow.distributed.launch import free_port
-        from gnnflow.distributed.network import run_address
+        from gnnflow.comm.collectives import world
         from gnnflow.nn.peer import dgl_model_from_config
+        from gnnflow.runtime.group import free_port
+        from gnnflow.runtime.network import run_address
         from gnnflow.strategies.common import make_optimizer, seed_everything
 
         cfg = self.cfg
-        samplers = num_samplers(cfg)
+        samplers = self.options.num_samplers
         rank, size = world()
         if not cfg.partition:
             raise ConfigError("--strategy distdgl needs --partition (a partition book with --workers parts)")
@@ -343,7 +377,7 @@ class DistDGLBaseline(Strategy):
         dist.all_gather_object(lines, f"{address} {free_port(address)}")
         ip_config = run_dir / "ip_config.txt"
         ip_config.write_text("".join(f"{line}\n" for line in lines))
-        if option_bool(cfg.options.get("seeded_sampling", True)):  # patch 3, in servers and samplers too
+        if self.options.seeded_sampling:  # patch 3, in servers and samplers too
             os.environ[_SEED_ENV] = str(cfg.seed)
         else:
             os.environ.pop(_SEED_ENV, None)
@@ -445,7 +479,7 @@ class DistDGLBaseline(Strategy):
         one_hop = dgl.dataloading.MultiLayerFullNeighborSampler(1)
 
         def batches(nids: torch.Tensor) -> Any:
-            return dgl.dataloading.DistNodeDataLoader(g, nids, one_hop, batch_size=EVAL_BATCH,
+            return dgl.dataloading.DistNodeDataLoader(g, nids, one_hop, batch_size=DGL_EVAL_BATCH,
                                                       shuffle=False, drop_last=False)
 
         x, last = g.ndata["feat"], len(net.layers) - 1
@@ -457,7 +491,7 @@ class DistDGLBaseline(Strategy):
             loader = batches(mine)
             if self.ctx.rank == 0:
                 loader = ticking(loader, f"distdgl evaluation, layer {i + 1}/{last + 1}: batch",
-                                 -(-len(mine) // EVAL_BATCH))
+                                 -(-len(mine) // DGL_EVAL_BATCH))
             for input_nodes, seeds, blocks in loader:
                 y[seeds] = net.layer(i, blocks[0], x[input_nodes])
             g.barrier()  # every trainer's rows are in y

@@ -25,7 +25,7 @@ far is read back from the kept records.  Strategies that own
 random generators beyond torch's, numpy's and Python's global ones put their
 states into ``state_dict`` (as :class:`~gnnflow.strategies.single.SingleProcess` does).
 
-Test hook: ``options["stop_after_epoch"] = k`` ends the run right after epoch
+Test hook: the option ``stop_after_epoch = k`` ends the run right after epoch
 ``k``'s checkpoint, as if the process had been killed there.
 """
 
@@ -44,12 +44,13 @@ import torch
 import torch.distributed as dist
 
 from gnnflow.config import TrainConfig
-from gnnflow.distributed.watchdog import note_progress
 from gnnflow.errors import ConfigError
 from gnnflow.io import proc_memory, provenance, save_tensors, write_json
 from gnnflow.results.schema import EpochRecord, Recorder, write_records
 from gnnflow.results.selection import best_of_records, best_row, better
-from gnnflow.strategies.base import RankContext, Strategy, strategy_class
+from gnnflow.runtime.context import RankContext
+from gnnflow.runtime.watchdog import note_progress
+from gnnflow.strategies.base import Strategy, strategy_class
 from gnnflow.strategies.common import drop_rows_after_epoch
 
 log = logging.getLogger("gnnflow.train")
@@ -163,9 +164,8 @@ def _gather(obj: Any, ctx: RankContext) -> list[Any] | None:
     return out
 
 
-def _rank_main(ctx: RankContext, cfg_dict: dict[str, Any]) -> list[EpochRecord]:
-    """One rank's training loop; returns (on rank 0) every rank's records."""
-    cfg = TrainConfig.from_dict(cfg_dict)
+def _rank_main(ctx: RankContext, cfg: TrainConfig) -> list[EpochRecord]:
+    """One rank's training loop on the parsed config; returns (on rank 0) every rank's records."""
     strategy: Strategy = strategy_class(cfg.strategy)(cfg, ctx)
     try:
         return _train(strategy, cfg, ctx)
@@ -190,7 +190,7 @@ def _train(strategy: Strategy, cfg: TrainConfig, ctx: RankContext) -> list[Epoch
             drop_rows_after_epoch(run_dir / "records.jsonl", start - 1)
             log.info("resuming %s from epoch %d", run_dir, start)
     best = best_of_records(run_dir / "records.jsonl") if run_dir is not None and ctx.rank == 0 else None
-    stop_after = cfg.options.get("stop_after_epoch")
+    stop_after = strategy.options.stop_after_epoch
     run_id, dataset = run_id_for(cfg), dataset_name(cfg.graph)
     all_records: list[EpochRecord] = []
     for epoch in range(start, cfg.epochs):
@@ -269,24 +269,25 @@ def _mark_ended(run_dir: Path, status: str, error: str | None = None, extra: dic
     write_json(run_dir / "run.json", info)
 
 
-def run_training(cfg: TrainConfig, force: bool = False) -> list[EpochRecord]:
+def run_training(cfg: TrainConfig) -> list[EpochRecord]:
     """Train ``cfg`` to completion (or resume it); return the records of the epochs this call ran.
 
     Before anything starts, :func:`~gnnflow.strategies.preflight.check_run` checks the
-    inputs and the memory estimate (``force``: run even where it exceeds what is available).
+    inputs and the memory estimate (``cfg.force``: run even where it exceeds what is available),
+    and parses the strategy's options once: the ranks receive the parsed config.
 
     A run that fails (or is stopped by a signal) after its directory was made is
     marked ``"status": "failed"`` in ``run.json``, with the error.
     """
-    from gnnflow.distributed.processes import tune_allocator
+    from gnnflow.runtime.processes import tune_allocator
     from gnnflow.strategies.preflight import check_run
 
     cls = strategy_class(cfg.strategy)
-    check_run(cfg, cls, force)  # before any rank starts and before the run directory is written
+    cfg = check_run(cfg, cls)  # before any rank starts and before the run directory is written
     tune_allocator()  # this process trains too (one rank, or rank 0 under torchrun/srun)
     # under torchrun/srun every rank runs this function, across hosts every host's launcher;
     # only (the launcher of) rank 0 writes files
-    from gnnflow.distributed.launch import is_first_rank
+    from gnnflow.runtime.hosts import is_first_rank
 
     is_rank0 = is_first_rank()
     run_dir = cfg.run_dir if is_rank0 else None
@@ -299,11 +300,11 @@ def run_training(cfg: TrainConfig, force: bool = False) -> list[EpochRecord]:
     t0 = time.perf_counter()
     try:
         if cls.distributed:
-            from gnnflow.distributed.launch import run_ranks
+            from gnnflow.runtime.launch import run_ranks
 
-            records = run_ranks(_rank_main, cfg.workers, cfg.to_dict(), device=cfg.device)[0]
+            records = run_ranks(_rank_main, cfg.workers, cfg, device=cfg.device)[0]
         else:
-            records = _rank_main(RankContext(device=torch.device(cfg.device)), cfg.to_dict())
+            records = _rank_main(RankContext(device=torch.device(cfg.device)), cfg)
     except BaseException as exc:
         if run_dir is not None and (run_dir / "run.json").exists():
             try:

@@ -19,7 +19,7 @@ the feature dimension, ``H`` the hidden width, ``L`` layers, ``P`` ranks):
   feature file once, at preparation, when nothing else is resident yet), and
   its layer-0 partial outputs of every rank's micro-batch;
 * **pipeline** (data; HEC only with ``pipeline=true``): the batches in
-  flight, bounded by ``pipeline_mib`` (default 384) but at least one batch:
+  flight, bounded by the option ``pipeline_mib`` but at least one batch:
   input rows of one batch ``n_0 F 4`` where ``n_0`` is the expected number of
   distinct sampled input vertices (below), the trained batch and the next
   one; split holds one batch, its owned share (about ``1.25 / P``) of every
@@ -31,7 +31,7 @@ the feature dimension, ``H`` the hidden width, ``L`` layers, ``P`` ranks):
   plus ``ACT_SRC * n_src * d_out`` where it projects its sources first
   (``d_in > d_out``); the input rows themselves are the pipeline's;
 * **model**: parameters, gradients and Adam's two moments (16 bytes per weight);
-* **evaluation** (layer-wise inference, :mod:`gnnflow.distributed.inference`):
+* **evaluation** (layer-wise inference, :mod:`gnnflow.strategies.minibatch.inference`):
   one hidden table of the part (``n_inner H 4``, memory-mapped, resident while
   it is read) plus ``EVAL_CHUNKS`` chunks of source rows (64 MiB each) and the
   logits; the feature shard's pages are released after layer 0, so the peak
@@ -39,11 +39,11 @@ the feature dimension, ``H`` the hidden width, ``L`` layers, ``P`` ranks):
 * **HEC** (DistGNN-MB): sources are solid vertices and cached halo rows,
   about ``1 - cut`` of data-parallel's; per layer a cache of ``cs`` lines of
   that layer's input width (``torch.zeros`` writes them all at once; the
-  default ``cs`` is :func:`hec_cache_lines`, at most ``HEC_CACHE_MIB`` of
+  default ``cs`` is :func:`hec_cache_lines`, at most the option ``cache_mib`` of
   lines) and its int64 tag tables (``8 (3 cs + halo)``);
 * **feature cache** (data-parallel): the hot remote feature rows and their ids,
   ``(4 F + 8)`` bytes per row for :func:`feature_cache_rows` rows (at most
-  ``FEATURE_CACHE_MIB``, never more than the vertices a rank does not own) and a
+  the option ``feature_cache_mib``, never more than the vertices a rank does not own) and a
   vertex -> cache row map of ``4 N`` bytes (as ``node_part``);
 * **full-batch / DGCL**: the part's ``Â`` tiles (12 bytes per non-zero), the
   shared buffers of MG-GCN §4.2 (aggregated input, every layer's output, one
@@ -82,9 +82,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gnnflow.config import option_bool
-from gnnflow.errors import ConfigError
-
 MIB = 1 << 20
 BASE = 290 * MIB  # one rank: interpreter, torch, numpy, gnnflow, gloo (measured on a tiny graph)
 BASE_LAUNCHER = 200 * MIB  # the `gnnflow train` process that spawns the ranks and waits
@@ -105,16 +102,8 @@ DGCL_SRC, DGCL_DST = 1.0, 3.25
 DGL_EVAL_EDGE_BYTES = 240
 DGL_EVAL_BATCH = 4096  # destinations per batch of the DistDGL peer's layer-wise evaluation
 SPLIT_SHARE = 1.25  # split: a rank's share of a level is about 1.25 / P of it (vertices near a cut)
-DEFAULT_PIPELINE_MIB = 384
 #: DistGNN-MB §4.4: cs = 1M lines per layer for OGBN-Products (2,449,029 vertices)
 HEC_CS_PER_VERTEX = 1_000_000 / 2_449_029
-HEC_CACHE_MIB = 512  # default budget of a rank's cache lines, all layers (option ``cache_mib``)
-#: default budget of data-parallel's hot remote feature rows per rank (option ``feature_cache_mib``;
-#: products-shaped graph, 4 parts, fanouts 15,10,5: 256 MiB serves about half the remote rows)
-FEATURE_CACHE_MIB = {"data": 256}
-
-#: strategies whose ranks run the shared mini-batch machinery (pipeline, inference)
-MINIBATCH = ("data", "split", "p3", "hec")
 
 
 @dataclass
@@ -293,162 +282,95 @@ def evaluation_bytes(p: PartSizes, cfg: Any, classes: int, feature_dim: int) -> 
     return int(table + EVAL_CHUNKS * chunk + 4 * p.inner * classes)
 
 
-# ------------------------------------------------------------------------------------------ strategies
-def estimate(cfg: Any, sizes: GraphSizes) -> MemoryEstimate:
-    """Peak bytes per rank and helper process of ``cfg`` on a graph of ``sizes``."""
-    strategy = cfg.strategy
-    workers = max(1, int(cfg.workers)) if strategy != "single" else 1
-    parts = sizes.parts if len(sizes.parts) == workers else sizes.even_parts(workers)
-    opts = dict(cfg.options or {})
-    f_dim = max(1, sizes.feature_dim)
-    classes = sizes.num_classes
-    n, m = sizes.num_nodes, sizes.num_edges
-    dims = layer_dims(cfg, f_dim, classes)
-    model = model_bytes(cfg, f_dim, classes)
+# ------------------------------------------------------------------------------------------ a run
+@dataclass
+class RunSizes:
+    """What every strategy's terms read: the config (options parsed), the graph's sizes, the
+    parts, the model's layer widths and bytes, and one sampled batch's expected levels."""
+
+    cfg: Any
+    sizes: GraphSizes
+    workers: int
+    parts: list[PartSizes]
+    f_dim: int
+    dims: list[tuple[int, int]]
+    model: int
+    #: expected distinct vertices per level of a rank's sampled batch, input first
+    levels: list[float]
+    #: bytes of one batch's input rows
+    batch_rows: float
+    #: bytes one batch's forward and backward keep
+    acts: float
+
+    @classmethod
+    def of(cls, cfg: Any, sizes: GraphSizes, distributed: bool) -> RunSizes:
+        workers = max(1, int(cfg.workers)) if distributed else 1
+        parts = sizes.parts if len(sizes.parts) == workers else sizes.even_parts(workers)
+        f_dim = max(1, sizes.feature_dim)
+        dims = layer_dims(cfg, f_dim, sizes.num_classes)
+        levels = sampled_layers(cfg.batch_size / workers, list(cfg.fanouts), sizes.num_nodes, sizes.num_edges)
+        return cls(cfg=cfg, sizes=sizes, workers=workers, parts=parts, f_dim=f_dim, dims=dims,
+                   model=model_bytes(cfg, f_dim, sizes.num_classes), levels=levels,
+                   batch_rows=4.0 * levels[0] * f_dim, acts=activation_bytes(levels, dims, cfg.model))
+
+    @property
+    def classes(self) -> int:
+        return self.sizes.num_classes
+
+
+def pipeline_bytes(batch_rows: float, options: Any) -> float:
+    """The batches in flight of a mini-batch pipeline: bounded by ``pipeline_mib`` but at least
+    one batch (inline, ``pipeline=false``: the one batch)."""
+    if not options.pipeline:
+        return batch_rows
+    return max(batch_rows, min(2 * batch_rows, options.pipeline_mib * MIB))
+
+
+def estimate(cfg: Any, sizes: GraphSizes, cls: Any) -> MemoryEstimate:
+    """Peak bytes per rank and helper process of ``cfg`` on a graph of ``sizes``: the terms of
+    strategy class ``cls`` (:meth:`~gnnflow.strategies.base.Strategy.memory_terms`) per rank."""
+    cfg = cls.parse_options(cfg)
+    run = RunSizes.of(cfg, sizes, cls.distributed)
     ranks: list[dict[str, int]] = []
     helpers: list[dict[str, int]] = []
-    per_rank_batch = cfg.batch_size / workers
-    if strategy == "split":  # one global mini-batch split across the ranks by owner
-        per_rank_batch = float(cfg.batch_size)
-    levels = sampled_layers(per_rank_batch, list(cfg.fanouts), n, m)
-    batch_rows = 4.0 * levels[0] * f_dim
-    if strategy == "split":  # each rank loads and computes its owned share of every level
-        share = min(1.0, SPLIT_SHARE / workers)
-        levels = [x * share for x in levels]
-        batch_rows *= share
-    acts = activation_bytes(levels, dims, cfg.model)
-    budget = float(opts.get("pipeline_mib", DEFAULT_PIPELINE_MIB)) * MIB
-    pipelined = option_bool(opts.get("pipeline", strategy != "hec"))
-    pipeline = max(batch_rows, min(2 * batch_rows, budget)) if pipelined else batch_rows
-    for r, p in enumerate(parts):
-        t: dict[str, int] = {"baseline": BASE, "model": model}
-        if strategy == "single":
-            t["store"] = int(4 * n * f_dim + 8 * (n + 1) + sizes.store_idx_bytes * m + 8 * n)
-            t["batch"] = int(batch_rows + acts)
-            t["evaluation"] = int(EVAL_CHUNKS * CHUNK + 4 * n * (cfg.hidden + classes))
-        elif strategy in MINIBATCH:
-            t.update(shard_bytes(p, sizes, features=strategy != "p3"))
-            t["node_part"] = 4 * n
-            train = pipeline + acts
-            if strategy == "split":
-                t["node_part"] += 8 * n + 8 * sizes.num_train  # int64 owner map, training ids
-                train = batch_rows + acts  # split's batches are not queued ahead in bytes
-            elif strategy == "p3":
-                # every vertex's feature columns; layer-0 partials of every rank's micro-batch,
-                # three times: computed, received from the peers, and their gradients (products-
-                # shaped graph, 4 ranks: 2194 MiB measured, 1681 predicted with one copy)
-                t["p3_columns"] = int(4 * n * f_dim / workers)
-                train = acts + 3 * 4.0 * levels[1] * cfg.hidden * workers
-            elif strategy == "hec":
-                # sources: solid (local) vertices and cached halo rows, about (1 - cut) of data's
-                share = 1.0 - sizes.cut_fraction
-                hec_levels = [x * share for x in levels[:-1]] + [levels[-1]]
-                rows = 4.0 * hec_levels[0] * f_dim
-                train = (max(rows, min(2 * rows, budget)) if pipelined else rows) \
-                    + activation_bytes(hec_levels, dims, cfg.model)
-                cs = hec_cache_lines(n, p.halo, [d_in for d_in, _ in dims], opts)
-                # torch.zeros writes every line at once, and the tag tables (line_slot, stored_at,
-                # order: cs each; slot_line: one per halo vertex) are filled too
-                t["hec_cache"] = int(sum(4 * cs * d_in for d_in, _ in dims) + 8 * len(dims) * (3 * cs + p.halo))
-            rows = feature_cache_rows(strategy, opts, f_dim, n - p.inner)
-            if rows:  # the cached rows, their sorted ids and the vertex -> cache row map
-                t["feature_cache"] = int(rows * (4 * f_dim + 8) + 4 * n)
-            t["batch"] = int(train)
-            ev = evaluation_bytes(p, cfg, classes, f_dim)
-            if ev > train:  # evaluation runs after training's batches are gone
-                t["evaluation"] = int(ev - train)
-            if opts.get("samplers") == "process":
-                helpers.append({"sampler": BASE + int(t["shard_structure"] + budget / 8)})
-        elif strategy in ("fullbatch", "dgcl"):
-            loops = p.inner if cfg.adds_self_loops else 0
-            t.update(shard_bytes(p, sizes))
-            t["adjacency"] = int(12 * (p.edges + loops) * (1 if strategy == "fullbatch" else 2))
-            # MG-GCN §4.2 shared buffers: aggregated input, every layer's output, one scratch
-            t["buffers"] = int(4 * p.inner * (f_dim + sum(d for _, d in dims) + max(d for _, d in dims)))
-            if strategy == "fullbatch":
-                t["row_partition"] = 20 * n
-                # two receive buffers of the broadcast SpMM, on the narrower side of each layer
-                t["broadcast"] = int(2 * 4 * max(q.inner for q in parts) * min(f_dim, cfg.hidden))
-            else:
-                # the unchanged autograd layers on [inner | halo] rows: per layer the gathered
-                # input (and its gradient) and the destinations' outputs, kept for backward
-                t["node_part"] = 4 * n
-                del t["buffers"]
-                # a narrowing GCN layer fetches projected rows (--opt project, default true)
-                project = cfg.model == "gcn" and option_bool(opts.get("project", True))
-                t["activations"] = int(4 * sum(
-                    DGCL_SRC * (p.inner + p.halo) * (d_out if project and d_in > d_out else d_in)
-                    + DGCL_DST * p.inner * d_out for d_in, d_out in dims))
-                if r == 0:  # plans from every part's halo ids (gathered) and node_part, not the CSR
-                    t["plan_halos"] = int(2 * 8 * sum(q.halo for q in parts))
-        elif strategy == "distdgl":
-            t["baseline"] = BASE_DGL
-            t["batch"] = int(batch_rows * 2 + acts)  # DGL's prefetch queue + the trained batch
-            # DGL's layer-wise evaluation: one-hop full-neighbourhood blocks of EVAL_BATCH seeds, the
-            # pulled rows, and the trainer's part of the hidden DistTensors (shared memory it touches)
-            one = sampled_layers(DGL_EVAL_BATCH, [-1], n, m)
-            hidden = [d for _, d in dims[:-1]]
-            width = max([f_dim] + hidden)
-            tables = 4 * (n / len(parts)) * sum(sorted(hidden)[-2:])  # the layer read and the layer written
-            t["evaluation"] = max(0, int(DGL_EVAL_EDGE_BYTES * DGL_EVAL_BATCH * m / max(1, n)
-                                         + 8 * one[0] * width + tables - t["batch"]))
-            server = BASE_DGL + int(8 * 3 * (p.edges + p.halo) + 4 * p.inner * f_dim + 16 * (p.inner + p.halo)
-                                    + tables)
-            sampler = BASE_DGL + int(4 * 8 * sum(levels) * 4)
-            nsamp = int(opts.get("num_samplers", 1))
-            h = {"server": server}
-            if nsamp > 0:
-                h["sampler"] = nsamp * sampler
-            helpers.append(h)
-        else:  # an unknown strategy: the baseline, a shard and a batch
-            t.update(shard_bytes(p, sizes))
-            t["batch"] = int(pipeline + acts)
-        ranks.append(t)
-    return MemoryEstimate(strategy=strategy, ranks=ranks, helpers=helpers)
+    for r in range(len(run.parts)):
+        terms, helper = cls.memory_terms(run, r)
+        ranks.append(terms)
+        if helper:
+            helpers.append(helper)
+    return MemoryEstimate(strategy=cfg.strategy, ranks=ranks, helpers=helpers)
 
 
-def feature_cache_rows(strategy: str, options: dict[str, Any] | None, feature_dim: int, remote: int) -> int:
-    """Rows of the hot remote feature cache a mini-batch rank holds at most: ``options["cache_rows"]``
-    when given, else the rows that fit in ``options["feature_cache_mib"]`` MiB (default
-    :data:`FEATURE_CACHE_MIB` of the strategy, 0 for those without one), never more than the
-    ``remote`` vertices a rank does not own."""
-    opts = dict(options or {})
-    try:
-        if opts.get("cache_rows") is not None:
-            rows = int(opts["cache_rows"])
-        else:
-            mib = float(opts.get("feature_cache_mib", FEATURE_CACHE_MIB.get(strategy, 0)))
-            if mib < 0:
-                raise ValueError(mib)
-            rows = int(mib * MIB // (4 * max(1, feature_dim) + 8))
-    except (TypeError, ValueError):
-        raise ConfigError("options cache_rows / feature_cache_mib: a count of rows / a number of MiB, "
-                          f"got {opts.get('cache_rows')!r} / {opts.get('feature_cache_mib')!r}") from None
-    if rows < 0:
-        raise ConfigError(f"options.cache_rows: a count of rows, got {rows}")
+def feature_cache_rows(options: Any, feature_dim: int, remote: int) -> int:
+    """Rows of the hot remote feature cache a mini-batch rank holds at most: ``cache_rows`` when
+    given, else the rows that fit in ``feature_cache_mib`` MiB, never more than the ``remote``
+    vertices a rank does not own."""
+    if options.cache_rows is not None:
+        rows = int(options.cache_rows)
+    else:
+        rows = int(options.feature_cache_mib * MIB // (4 * max(1, feature_dim) + 8))
     return max(0, min(rows, int(remote)))
 
 
-def hec_cache_lines(num_nodes: int, halo: int, widths: list[int], options: dict[str, Any] | None = None) -> int:
-    """HEC's cache lines per layer on a rank: ``options["cs"]`` when given, else the paper's
-    lines-per-vertex ratio on OGBN-Products (``0.408 N``, §4.4) lowered to the rank's halo
-    vertices (only they are ever cached) and to the lines of all layers (``widths``: every
-    layer's input width, float32) that fit in ``options["cache_mib"]`` (``HEC_CACHE_MIB``).
+def hec_cache_lines(num_nodes: int, halo: int, widths: list[int], options: Any) -> int:
+    """HEC's cache lines per layer on a rank: ``cache_lines`` (the paper's ``cs``) when given,
+    else the paper's lines-per-vertex ratio on OGBN-Products (``0.408 N``, §4.4) lowered to the
+    rank's halo vertices (only they are ever cached) and to the lines of all layers (``widths``:
+    every layer's input width, float32) that fit in ``cache_mib``.
 
     The paper's 1M lines were sized for its 2-socket Xeon nodes; 4 ranks of products on a
     24 GiB host would spend 9.6 GB on caches alone, hence the budget (docs/hec.md)."""
-    opts = dict(options or {})
-    if str(opts.get("cs", "auto")) not in ("auto", "None"):
-        return int(opts["cs"])
-    budget = float(opts.get("cache_mib", HEC_CACHE_MIB)) * MIB
-    fit = int(budget // max(1, 4 * sum(widths)))
+    if options.cache_lines is not None:
+        return int(options.cache_lines)
+    fit = int(options.cache_mib * MIB // max(1, 4 * sum(widths)))
     return max(1, min(round(HEC_CS_PER_VERTEX * num_nodes), halo, fit))
 
 
-def estimate_run(cfg: Any) -> MemoryEstimate:
-    """:func:`estimate` for a :class:`~gnnflow.config.TrainConfig` (reads its store's and book's meta)."""
-    book = cfg.partition if cfg.strategy != "single" else None
-    return estimate(cfg, GraphSizes.read(cfg.graph, book))
+def estimate_run(cfg: Any, cls: Any) -> MemoryEstimate:
+    """:func:`estimate` for a :class:`~gnnflow.config.TrainConfig` of strategy class ``cls``
+    (reads its store's and book's meta)."""
+    book = cfg.partition if cls.distributed else None
+    return estimate(cfg, GraphSizes.read(cfg.graph, book), cls)
 
 
 # ------------------------------------------------------------------------------------------ the host
@@ -504,11 +426,11 @@ def _cgroup_room() -> int | None:
 # ------------------------------------------------------------------------------------------ preflight
 def ranks_on_this_host(cfg: Any) -> int:
     """Ranks of the run that share this host: all of them when gnnflow launches them on one
-    host, ``workers / nnodes`` with ``--nnodes`` (:func:`gnnflow.distributed.launch.nodes`);
+    host, ``workers / nnodes`` with ``--nnodes`` (:func:`gnnflow.runtime.hosts.nodes`);
     under torchrun/srun the launcher's local count."""
-    from gnnflow.distributed.launch import nodes
+    from gnnflow.runtime.hosts import nodes
 
-    if cfg.strategy == "single":
+    if cfg.workers == 1:
         return 1
     spec = nodes()
     if spec is not None and spec.nnodes > 1:
@@ -520,7 +442,7 @@ def ranks_on_this_host(cfg: Any) -> int:
     return int(cfg.workers)
 
 
-def check_memory(cfg: Any, force: bool = False) -> MemoryEstimate | None:
+def check_memory(cfg: Any, cls: Any, force: bool = False) -> MemoryEstimate | None:
     """Log the run's memory estimate and what is available; refuse (ResourceError, one line)
     when the processes on this host would not fit, unless ``force`` (then a warning).
 
@@ -532,13 +454,13 @@ def check_memory(cfg: Any, force: bool = False) -> MemoryEstimate | None:
 
     log = logging.getLogger("gnnflow.train")
     try:
-        est = estimate_run(cfg)
+        est = estimate_run(cfg, cls)
     except FileNotFoundError:  # a missing store or book: the input checks name it
         return None
     except (OSError, ValueError, KeyError, TypeError) as exc:  # no sizes to go on: say so, go on
         log.warning("memory estimate: not available (%s: %s)", type(exc).__name__, exc)
         return None
-    if cfg.strategy == "single":
+    if not cls.distributed:
         est.launcher = 0  # the process that checks is the one that trains
     local = ranks_on_this_host(cfg)
     need = est.host_total(local)

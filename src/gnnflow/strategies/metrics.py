@@ -23,8 +23,8 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from gnnflow.distributed.comm import all_reduce
-from gnnflow.distributed.devices import HOST
+from gnnflow.comm.collectives import all_reduce
+from gnnflow.runtime.devices import HOST
 
 SPLITS = ("train", "val", "test")
 METRICS = tuple(f"{s}_{m}" for m in ("acc", "loss") for s in SPLITS)

@@ -23,7 +23,7 @@ from typing import Any
 
 from gnnflow.config import TrainConfig
 from gnnflow.errors import ConfigError, StoreError
-from gnnflow.strategies.base import RankContext, Strategy
+from gnnflow.strategies.base import Strategy
 from gnnflow.strategies.memory import check_memory
 
 log = logging.getLogger("gnnflow.train")
@@ -41,10 +41,12 @@ def _read_meta(directory: Path, what: str, make: str) -> dict[str, Any]:
         raise StoreError(f"{meta}: cannot read ({exc})") from None
 
 
-def check_run(cfg: TrainConfig, cls: type[Strategy], force: bool = False, memory: bool = True) -> None:
+def check_run(cfg: TrainConfig, cls: type[Strategy], memory: bool = True) -> TrainConfig:
     """Everything about ``cfg`` that can be checked without ranks (raises a one-line error);
-    ``memory``: also the memory preflight (``force``: run even where the estimate exceeds what
-    is available; ``gnnflow train`` runs it first, before any rank starts)."""
+    ``memory``: also the memory preflight (``cfg.force``: run even where the estimate exceeds
+    what is available; ``gnnflow train`` runs it first, before any rank starts).  Returns
+    ``cfg`` with its options parsed (:meth:`Strategy.parse_options`)."""
+    cfg = cls.parse_options(cfg)
     cores = os.cpu_count() or 1
     if cfg.workers > cores:
         log.warning("%d ranks on %d cores: each rank gets %.2f of a core, so the run will be slow "
@@ -52,8 +54,7 @@ def check_run(cfg: TrainConfig, cls: type[Strategy], force: bool = False, memory
                     cores / cfg.workers)
     if not cls.distributed and cfg.workers > 1:
         raise ConfigError(f"strategy {cfg.strategy!r} runs in one process; use --workers 1")
-    # the strategy's constructor checks its options (no data, no process group)
-    cls(TrainConfig.from_dict(cfg.to_dict()), RankContext(world_size=max(1, cfg.workers)))
+    cls.check_config(cfg)
     _read_meta(Path(cfg.graph), "graph store", "run `gnnflow prepare` first")
     want = cls.book_parts(cfg)
     if cfg.partition and want is not None:
@@ -67,4 +68,5 @@ def check_run(cfg: TrainConfig, cls: type[Strategy], force: bool = False, memory
                               f"--workers {cfg.workers} needs {want}; partition into {want} parts "
                               f"(gnnflow partition --parts {want}) or change --workers")
     if memory:
-        check_memory(cfg, force)
+        check_memory(cfg, cls, cfg.force)
+    return cfg

@@ -4,7 +4,7 @@ Mini-batch (DistDGLv2 §3.2): each epoch shuffles the training vertices into
 batches of ``batch_size`` targets; per batch the layer-wise sampler draws the
 blocks (GSplit §5), the input rows are gathered from the feature store, and
 the model runs forward/backward with cross-entropy averaged over the targets;
-Adam steps.  Full-batch (``options["full_batch"]``, MG-GCN §2): one iteration
+Adam steps.  Full-batch (option ``full_batch``, MG-GCN §2): one iteration
 per epoch on the whole graph (every layer's block is the whole graph), loss
 over all training vertices.  Evaluation is exact full-neighbourhood inference
 (:func:`gnnflow.strategies.common.evaluate_full`).
@@ -18,19 +18,22 @@ uninterrupted one.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-from gnnflow.config import TrainConfig, option_bool
+from gnnflow.config import TrainConfig
 from gnnflow.data.store import GraphStore, open_store
 from gnnflow.errors import ConfigError
 from gnnflow.nn import build_model_from_config
+from gnnflow.options import StrategyOptions, option
 from gnnflow.results.schema import Recorder
+from gnnflow.runtime.context import RankContext
 from gnnflow.sampling import Block, NeighborSampler, full_blocks
-from gnnflow.strategies.base import RankContext, Strategy
+from gnnflow.strategies.base import Strategy
 from gnnflow.strategies.common import (
     batch_generator,
     batches,
@@ -41,6 +44,14 @@ from gnnflow.strategies.common import (
     model_graph,
     seed_everything,
 )
+from gnnflow.strategies.memory import BASE, CHUNK, EVAL_CHUNKS, RunSizes
+
+
+@dataclass(frozen=True)
+class SingleOptions(StrategyOptions):
+    """Single-process training's options."""
+
+    full_batch: bool = option(False, "one iteration per epoch on the whole graph (MG-GCN §2)")
 
 
 class SingleProcess(Strategy):
@@ -48,14 +59,26 @@ class SingleProcess(Strategy):
 
     name: ClassVar[str] = "single"
     distributed: ClassVar[bool] = False
+    Options = SingleOptions
 
     @classmethod
     def batch_shares(cls, cfg: TrainConfig) -> dict[str, float] | None:
-        return None if option_bool(cfg.options.get("full_batch", False)) else super().batch_shares(cfg)
+        full = SingleOptions.parse(cfg.options).full_batch
+        return None if full else super().batch_shares(cfg)
+
+    @classmethod
+    def memory_terms(cls, run: RunSizes, r: int) -> tuple[dict[str, int], dict[str, int]]:
+        """The whole store (features, CSR, labels), one batch and the whole graph's evaluation."""
+        cfg, sizes = run.cfg, run.sizes
+        n, m = sizes.num_nodes, sizes.num_edges
+        return {"baseline": BASE, "model": run.model,
+                "store": int(4 * n * run.f_dim + 8 * (n + 1) + sizes.store_idx_bytes * m + 8 * n),
+                "batch": int(run.batch_rows + run.acts),
+                "evaluation": int(EVAL_CHUNKS * CHUNK + 4 * n * (cfg.hidden + run.classes))}, {}
 
     def __init__(self, cfg: TrainConfig, ctx: RankContext | None = None) -> None:
         super().__init__(cfg, ctx or RankContext())
-        self.full_batch = option_bool(cfg.options.get("full_batch", False))
+        self.full_batch = self.options.full_batch
         self.store: GraphStore | None = None
         self.sampler: NeighborSampler | None = None
         self.batch_gen = batch_generator(cfg.seed)

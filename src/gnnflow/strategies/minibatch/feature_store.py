@@ -1,0 +1,233 @@
+"""The distributed feature store (DistDGL's KVStore, DistDGLv2 §3.3 and §4.2.1 "CPU feature copy").
+
+Each rank holds the feature rows of its own part's (inner) vertices only, read
+from the part's memory-mapped ``features.npy``.  A request for the rows of a
+set of global vertex ids is served
+
+* locally for the rank's own vertices (one gather from the memory map),
+* from an optional cache of hot remote rows (chosen from presampling counts,
+  the sampling-frequency criterion GSplit §6.1 and DistDGLv2's "local CPU
+  cache" of §4.2.1 use),
+* and from the owning ranks for the rest, in ONE all-to-all exchange per
+  request batch: an all-gather of the request counts tells every rank the whole
+  request matrix, ids go out with :func:`gnnflow.comm.collectives.alltoallv`, owners
+  gather their rows and the rows come back in rounds whose sizes and number every
+  rank derives from that matrix (three collectives per batch with one round).
+
+Every call is a collective: all ranks call :meth:`FeatureStore.fetch` the same
+number of times in the same order on the same process group (a rank with no
+remote rows still takes part).  Bytes are counted per peer in a
+:class:`~gnnflow.comm.collectives.CommStats`; per-request counters (rows loaded,
+remote rows, remote bytes, cache hits/misses) are added to a dict the caller
+passes, so the asynchronous pipeline can attribute them to the mini-batch.
+
+The same exchange serves any row table partitioned like the vertices, e.g. the
+hidden representations of layer-wise distributed inference: pass
+``local_rows`` (rows of the part's inner vertices in ``inner_ids`` order).
+"""
+
+from __future__ import annotations
+
+import mmap
+from typing import Any
+
+import numpy as np
+import torch
+
+from gnnflow.comm.collectives import (
+    CommStats,
+    alltoallv,
+    count_matrix,
+    exchange_rows_in_rounds,
+    world,
+)
+from gnnflow.errors import ConfigError
+from gnnflow.runtime.devices import HOST
+
+Rows = np.ndarray | torch.Tensor
+#: rows an exchange sends (and receives) per round, at most about this many bytes
+EXCHANGE_BYTES = 16 << 20
+
+
+def _rows_tensor(table: Rows, pos: np.ndarray, out: torch.Tensor | None = None) -> torch.Tensor:
+    """``table[pos]`` as a contiguous float tensor (one gather; works on memory maps), written
+    into ``out`` when given.
+
+    A memory-mapped shard's pages stay resident once touched (and the kernel maps up to 16
+    cached neighbours of each faulting page, so random gathers soon map the whole shard):
+    a rank's resident set includes its feature shard, which is the shard it was given.
+    """
+    if isinstance(table, torch.Tensor):
+        return torch.index_select(table, 0, torch.from_numpy(pos), out=out) if out is not None \
+            else table[torch.from_numpy(pos)]
+    if out is None:
+        out = torch.empty((pos.shape[0], *table.shape[1:]), dtype=torch.float32)
+    if pos.size and (int(pos.min()) < 0 or int(pos.max()) >= table.shape[0]):
+        raise ConfigError(f"feature store: row {int(pos.min())}..{int(pos.max())} outside the "
+                          f"{table.shape[0]} local rows; the partition book and node_part disagree")
+    if table.dtype == np.float32:  # "clip" (the positions are checked): no buffered copy of the rows
+        np.take(table, pos, axis=0, out=out.numpy(), mode="clip")
+    else:
+        out.numpy()[:] = np.take(table, pos, axis=0)
+    return out
+
+
+def _advise_random(table: Rows) -> None:
+    """Tell the kernel a memory-mapped shard is read at random rows (no readahead).
+
+    Mini-batches gather scattered rows; readahead would fault in neighbouring
+    pages nobody asked for, inflating the rank's resident memory and I/O.
+    """
+    mm = getattr(table, "_mmap", None)
+    if mm is not None and hasattr(mm, "madvise") and hasattr(mmap, "MADV_RANDOM"):
+        try:
+            mm.madvise(mmap.MADV_RANDOM)
+        except OSError:
+            pass
+
+
+class FeatureStore:
+    """Rows of a vertex-partitioned table: local from the part, remote from their owners.
+
+    ``node_part`` maps every global vertex id to its owning rank (the partition
+    book's ``node_part`` memory map; part ``i`` is served by rank ``i``).
+    ``group``: the process group the exchanges use (a background pipeline
+    thread passes its own group, see :mod:`gnnflow.strategies.minibatch.pipeline`).
+    """
+
+    def __init__(
+        self,
+        part: Any,
+        node_part: np.ndarray,
+        local_rows: Rows | None = None,
+        stats: CommStats | None = None,
+        group: Any = None,
+    ) -> None:
+        self.part = part
+        self.node_part = node_part
+        self.rank, self.world_size = world(group)
+        if self.world_size > 1 and part.part_id != self.rank:
+            raise ConfigError(f"feature store: rank {self.rank} holds part {part.part_id}; rank i must load part i")
+        table = part.features if local_rows is None else local_rows
+        if table is None:
+            raise ConfigError(
+                f"part {part.part_id} has no features.npy; re-partition with features (gnnflow partition)"
+            )
+        if isinstance(table, torch.Tensor) and table.dtype != torch.float32:
+            table = table.float()  # every rank must send the same dtype in the exchange
+        if table.shape[0] != part.num_inner:
+            raise ConfigError(f"feature store: {table.shape[0]} local rows for {part.num_inner} inner vertices")
+        self.table: Rows = table
+        _advise_random(table)
+        self.dim = int(np.prod(table.shape[1:])) if len(table.shape) > 1 else 1
+        self.stats = stats if stats is not None else CommStats(self.world_size)
+        self.group = group
+        self.cache_ids = np.zeros(0, dtype=np.int64)
+        self.cache_rows = torch.zeros((0, *table.shape[1:]), dtype=torch.float32)
+        self.cache_slot = np.zeros(0, dtype=np.int32)
+
+    # -- requests ----------------------------------------------------------------
+    def owners(self, ids: np.ndarray) -> np.ndarray:
+        return np.asarray(self.node_part[ids], dtype=np.int64)
+
+    def fetch(self, ids: np.ndarray | torch.Tensor, counters: dict[str, float] | None = None,
+              out: torch.Tensor | None = None) -> torch.Tensor:
+        """Rows of global ``ids`` (float32 ``[len(ids), D]``), in the order of ``ids``.  Collective.
+
+        ``out`` (float32, contiguous, that shape) receives the rows instead of a new tensor
+        (a sampler process gathers straight into its hand-over slot).
+        """
+        ids_np = ids.numpy() if isinstance(ids, torch.Tensor) else np.asarray(ids)
+        ids_np = ids_np.astype(np.int64, copy=False)
+        n = ids_np.shape[0]
+        owner = self.owners(ids_np) if n else np.zeros(0, dtype=np.int64)
+        local = owner == self.rank
+        lpos = np.flatnonzero(local)
+        if lpos.size == n:  # all local (e.g. one rank): the gather is the answer
+            out = _rows_tensor(self.table, self.part.global_to_local(ids_np), out)
+        else:
+            if out is None:
+                out = torch.empty((n, *self.table.shape[1:]), dtype=torch.float32)
+            if lpos.size:
+                inner = self.part.global_to_local(ids_np[lpos])
+                out.index_copy_(0, torch.from_numpy(lpos), _rows_tensor(self.table, inner))
+        remote = np.flatnonzero(~local)
+        hits = 0
+        if remote.size and self.cache_ids.size:
+            slot = self.cache_slot[ids_np[remote]]
+            hit = slot >= 0
+            hits = int(hit.sum())
+            if hits:  # one gather from the cache, one row scatter into the batch
+                rows = torch.index_select(self.cache_rows, 0, torch.from_numpy(slot[hit].astype(np.int64)))
+                out.index_copy_(0, torch.from_numpy(remote[hit]), rows)
+            remote = remote[~hit]
+        self._exchange(ids_np[remote], owner[remote], out, remote)
+        if counters is not None:
+            row_bytes = 4 * self.dim
+            counters["features_loaded"] = counters.get("features_loaded", 0) + n
+            counters["remote_features"] = counters.get("remote_features", 0) + int(remote.size)
+            counters["remote_bytes"] = counters.get("remote_bytes", 0) + int(remote.size) * row_bytes
+            if self.cache_ids.size:
+                counters["cache_hits"] = counters.get("cache_hits", 0) + hits
+                counters["cache_misses"] = counters.get("cache_misses", 0) + int(remote.size)
+        return out
+
+    def _exchange(self, ids: np.ndarray, owner: np.ndarray, out: torch.Tensor, dest: np.ndarray) -> None:
+        """Request ``ids`` from their ``owner`` ranks and write the rows to ``out[dest]``.
+
+        One id exchange, then the rows in rounds of at most :data:`EXCHANGE_BYTES`
+        (:func:`~gnnflow.comm.collectives.exchange_rows_in_rounds`): owners gather the
+        requested rows straight into the round's send buffer and received rows are
+        scattered straight into ``out``, so an exchange needs two rounds' buffers beside
+        the output, whatever the batch.
+        """
+        shape_tail = tuple(self.table.shape[1:])
+        if self.world_size == 1:
+            if ids.size:
+                raise ConfigError("feature store: a single rank cannot own remote vertices; check node_part")
+            return
+        order = np.argsort(owner, kind="stable")
+        counts = np.bincount(owner, minlength=self.world_size)
+        send_ids = torch.split(torch.from_numpy(ids[order]), counts.tolist())
+        # every rank learns the whole request matrix, so all agree on the rows' rounds unasked
+        matrix = count_matrix(counts.tolist(), self.group)
+        requests = alltoallv(list(send_ids), self.stats, recv_counts=matrix[:, self.rank].tolist(),
+                             group=self.group, kind=HOST)
+        positions = []
+        for peer, req in enumerate(requests):
+            pos = self.part.global_to_local(req.numpy()) if peer != self.rank else np.zeros(0, dtype=np.int64)
+            if pos.size and ((pos < 0).any() or (pos >= self.part.num_inner).any()):
+                raise ConfigError(f"feature store: rank {peer} asked rank {self.rank} for vertices it does not own")
+            positions.append(pos)
+        dest_by_peer = np.split(dest[order], np.cumsum(counts)[:-1])
+
+        def gather(peer: int, lo: int, hi: int, buf: torch.Tensor) -> None:
+            _rows_tensor(self.table, positions[peer][lo:hi], out=buf)
+
+        def scatter(peer: int, lo: int, hi: int, rows: torch.Tensor) -> None:
+            out.index_copy_(0, torch.from_numpy(dest_by_peer[peer][lo:hi]), rows)
+
+        # the rows go back the way the ids came: owner p sends rank q what q asked p for
+        exchange_rows_in_rounds(gather, matrix.T, scatter, shape_tail, EXCHANGE_BYTES, self.stats, self.group)
+
+    # -- cache -------------------------------------------------------------------
+    def build_cache(self, candidate_ids: np.ndarray, candidate_counts: np.ndarray, capacity: int) -> int:
+        """Cache the ``capacity`` most requested remote rows among the candidates.  Collective.
+
+        ``candidate_counts[i]`` is how often ``candidate_ids[i]`` was an input
+        vertex in presampled mini-batches on this rank.  Returns the cache size.
+        """
+        ids = np.asarray(candidate_ids, dtype=np.int64)
+        cnt = np.asarray(candidate_counts, dtype=np.float64)
+        remote = self.owners(ids) != self.rank if ids.size else np.zeros(0, dtype=bool)
+        ids, cnt = ids[remote], cnt[remote]
+        k = max(0, min(int(capacity), ids.shape[0]))
+        top = np.lexsort((ids, -cnt))[:k]
+        hot = np.sort(ids[top])
+        self.cache_ids = np.zeros(0, dtype=np.int64)
+        rows = self.fetch(hot)
+        # vertex -> cache row (-1: not cached): one lookup per requested row, as node_part's
+        slot = np.full(self.node_part.shape[0], -1, dtype=np.int32)
+        slot[hot] = np.arange(hot.shape[0], dtype=np.int32)
+        self.cache_ids, self.cache_rows, self.cache_slot = hot, rows, slot
+        return int(hot.shape[0])

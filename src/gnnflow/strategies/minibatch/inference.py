@@ -1,0 +1,204 @@
+"""Layer-wise distributed inference over a partition, a chunk of destinations at a time.
+
+Evaluation needs every vertex's output with its FULL neighbourhood.  As DGL's
+and PyG's inference loops do, the layers run one after another over all
+vertices (never a multi-hop neighbourhood at once); here each rank computes its
+own (inner) vertices and the work is cut into chunks so that memory is bounded
+by a chunk, not by the part:
+
+    for each layer l:
+        for each chunk of the rank's inner vertices (same number of rounds on every rank):
+            sources = the chunk's in-neighbours (inner or halo, local CSR)
+            rows of inner sources  <- this rank's layer-l table
+            rows of halo sources   <- their owners' layer-l tables (one exchange)
+            table_{l+1}[chunk]     <- layer l on the chunk's block
+
+The tables of the hidden layers (``n_inner x hidden`` floats: 0.6 GB for a
+products-sized part at hidden 256) are not anonymous memory: they are an
+unlinked scratch file, memory-mapped, whose pages are dropped from the process
+after every chunk (:func:`gnnflow.io.release_pages`; the kernel's page cache
+keeps them and can write them back under pressure).  While a layer reads the
+previous table at random rows, the kernel's fault-around maps most of it, so a
+rank's resident set holds about one hidden table at a time (the one being
+read), plus a chunk; the feature shard's pages are released after the first
+layer.  Small tables stay in memory.  The last layer's outputs (the logits,
+``n_inner x classes``) are returned.
+
+Collective: every rank of ``group`` calls it with the same model.
+"""
+
+from __future__ import annotations
+
+import math
+import mmap
+import os
+import tempfile
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from gnnflow.comm.collectives import all_reduce, world
+from gnnflow.io import release_pages, ticking
+from gnnflow.runtime.devices import HOST
+from gnnflow.sampling import Block
+from gnnflow.strategies.minibatch.feature_store import FeatureStore
+
+
+def _limit(name: str, default: int) -> int:
+    """A byte limit: ``GNNFLOW_INFERENCE_<name>`` when set (tests shrink them), else ``default``."""
+    return int(os.environ.get(f"GNNFLOW_INFERENCE_{name}", default))
+
+
+def in_memory_bytes() -> int:
+    """Tables at most this large stay in memory; larger ones go to a scratch file (64 MiB)."""
+    return _limit("IN_MEMORY_BYTES", 64 << 20)
+
+
+def chunk_bytes() -> int:
+    """A chunk's source rows take about this many bytes (64 MiB)."""
+    return _limit("CHUNK_BYTES", 64 << 20)
+
+
+class ScratchRows:
+    """An ``[n, d]`` float32 table: in memory when small, else an unlinked memory-mapped file
+    (in ``TMPDIR``) whose resident pages :meth:`release` drops."""
+
+    def __init__(self, n: int, d: int, directory: str | None = None) -> None:
+        self.shape = (n, d)
+        nbytes = n * d * 4
+        self._mm: mmap.mmap | None = None
+        if nbytes <= in_memory_bytes():
+            self.array = np.zeros((n, d), dtype=np.float32)
+            return
+        fd, path = tempfile.mkstemp(prefix="gnnflow-inference-", dir=directory)
+        try:
+            os.unlink(path)  # gone from the file system now: nothing outlives the process
+            os.ftruncate(fd, nbytes)
+            self._mm = mmap.mmap(fd, nbytes)
+        finally:
+            os.close(fd)
+        self.array = np.frombuffer(self._mm, dtype=np.float32).reshape(n, d)
+
+    def release(self) -> None:
+        if self._mm is not None:
+            self._mm.madvise(mmap.MADV_DONTNEED)
+
+    def close(self) -> None:
+        """Drop the table (its file goes with the last view of it)."""
+        self.array = np.zeros((0, self.shape[1]), dtype=np.float32)
+        if self._mm is not None:
+            self.release()
+            try:
+                self._mm.close()
+            except BufferError:  # a view is still referenced somewhere; the mapping goes with it
+                pass
+            self._mm = None
+
+
+def _chunk_rows(num_inner: int, num_edges: int, dim: int) -> int:
+    """Destinations per chunk so that a chunk's source rows take about CHUNK_BYTES."""
+    per_row = max(1.0, num_edges / max(1, num_inner)) * max(1, dim) * 4
+    return int(min(65536, max(1, chunk_bytes() // per_row)))
+
+
+def _rounds(n_chunks: int, group: Any) -> int:
+    """The most chunks any rank has (every rank runs that many exchange rounds)."""
+    if world(group)[1] == 1:
+        return n_chunks
+    t = torch.tensor([n_chunks], dtype=torch.int64)
+    all_reduce(t, HOST, op=dist.ReduceOp.MAX, group=group)
+    return int(t.item())
+
+
+def _chunk_block(part: Any, rows: np.ndarray, degrees: torch.Tensor | None) -> tuple[Block, np.ndarray]:
+    """The block of inner rows ``rows`` (contiguous, ascending, non-empty): dst = those vertices,
+    src = dst then their other in-neighbours; returns the block and the sources' local ids."""
+    indptr = np.asarray(part.indptr)
+    lo, hi = int(indptr[rows[0]]), int(indptr[rows[-1] + 1])
+    nbr = np.asarray(part.indices[lo:hi], dtype=np.int64)
+    sub_ptr = np.asarray(indptr[rows[0]:rows[-1] + 2], dtype=np.int64) - lo
+    uniq, inv = np.unique(np.concatenate([rows, nbr]), return_inverse=True)
+    # destinations first (DGL layout), then the other sources in ascending local id
+    is_dst = np.zeros(uniq.shape[0], dtype=bool)
+    is_dst[inv[: rows.shape[0]]] = True
+    order = np.concatenate([inv[: rows.shape[0]], np.flatnonzero(~is_dst)])
+    pos = np.empty(uniq.shape[0], dtype=np.int64)
+    pos[order] = np.arange(order.shape[0])
+    src_local = uniq[order]
+    l2g = part.local_to_global
+    block = Block(dst_ids=torch.from_numpy(l2g[rows]), src_ids=torch.from_numpy(l2g[src_local]),
+                  indptr=torch.from_numpy(sub_ptr), indices=torch.from_numpy(pos[inv[rows.shape[0]:]]))
+    if degrees is not None:
+        block.src_deg = degrees[torch.from_numpy(src_local), 1]
+        block.dst_deg = degrees[torch.from_numpy(rows), 0]
+    return block, src_local
+
+
+def _empty_block() -> Block:
+    none = torch.zeros(0, dtype=torch.int64)
+    return Block(dst_ids=none, src_ids=none, indptr=torch.zeros(1, dtype=torch.int64), indices=none,
+                 src_deg=torch.zeros(0), dst_deg=torch.zeros(0))
+
+
+@torch.no_grad()
+def layerwise_inference(net: Any, part: Any, node_part: np.ndarray, device: torch.device,
+                        degrees: torch.Tensor | None = None, group: Any = None) -> torch.Tensor:
+    """Logits of ``part``'s inner vertices (see the module docstring).  ``degrees``: the
+    ``[num_local, 2]`` whole-graph (in, out)-degrees of the part's local vertices, for GCN."""
+    was = net.training
+    net.eval()
+    n_in = part.num_inner
+    halo = np.asarray(part.halo_ids, dtype=np.int64)
+    table: Any = part.features  # layer 0 reads the memory-mapped feature shard
+    scratch: ScratchRows | None = None
+    try:
+        for layer in range(net.num_layers):
+            dim = int(table.shape[1])
+            # the layer's output shape (an empty block: every rank knows it, even one owning nothing)
+            shape = net.layer_step(layer, _empty_block().to(device),
+                                   torch.zeros((0, dim), device=device)).shape[1:]
+            last = layer == net.num_layers - 1
+            out = torch.empty((n_in, *shape)) if last else None
+            nxt = None if last else ScratchRows(n_in, int(math.prod(shape)))
+            step = _chunk_rows(n_in, part.num_edges, dim)
+            chunks = [np.arange(s, min(s + step, n_in), dtype=np.int64) for s in range(0, n_in, step)]
+            store = FeatureStore(part, node_part, local_rows=table, group=group)
+            rounds: Any = range(_rounds(len(chunks), group))
+            if world()[0] == 0:
+                rounds = ticking(rounds, f"evaluation, layer {layer + 1}/{net.num_layers}: chunk", len(rounds))
+            for c in rounds:
+                if c >= len(chunks):  # this rank is done; it still serves its peers' requests
+                    store.fetch(np.zeros(0, dtype=np.int64))
+                    continue
+                rows = chunks[c]
+                block, src_local = _chunk_block(part, rows, degrees)
+                is_halo = src_local >= n_in
+                h_src = torch.empty((src_local.shape[0], dim), dtype=torch.float32)
+                h_src[torch.from_numpy(np.flatnonzero(is_halo))] = store.fetch(halo[src_local[is_halo] - n_in])
+                h_src[torch.from_numpy(np.flatnonzero(~is_halo))] = torch.from_numpy(
+                    np.asarray(np.take(table, src_local[~is_halo], axis=0), dtype=np.float32))
+                h = net.layer_step(layer, block.to(device), h_src.to(device)).cpu()
+                if out is not None:
+                    out[rows[0]:rows[-1] + 1] = h
+                else:
+                    assert nxt is not None
+                    nxt.array[rows[0]:rows[-1] + 1] = h.reshape(h.shape[0], -1).numpy()
+                    nxt.release()
+                if scratch is not None:
+                    scratch.release()
+            del store
+            if out is not None:
+                return out
+            if scratch is not None:
+                scratch.close()
+            else:  # the feature shard is not read again: its pages may leave the resident set
+                release_pages(table)
+            scratch = nxt
+            table = scratch.array
+    finally:
+        if scratch is not None:
+            scratch.close()
+        net.train(was)
+    raise AssertionError("unreachable: the model has no layers")

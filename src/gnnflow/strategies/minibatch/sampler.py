@@ -1,0 +1,204 @@
+"""Distributed neighbour sampling with non-local vertices (DistDGLv2 §4.2.2).
+
+A rank holds only its part's structure: the in-edges of its own (inner)
+vertices.  To sample one hop for a frontier, the frontier is split by owner:
+
+* the rank's own vertices are sampled locally from the part's CSR with the
+  shared primitive :func:`gnnflow.sampling.csr_sample_neighbors`;
+* the others are sent to their owners, which sample them from THEIR part's
+  CSR (which holds every in-edge of those vertices) and send back, per seed,
+  the number of sampled neighbours and their global ids.
+
+This is DistDGLv2's "local sampling + remote sampling requests, then stitch
+the results and compute the next frontier" (§4.2.2).  Because every vertex is
+sampled from its complete neighbourhood by its owner, a rank's mini-batch has
+the same distribution as sampling from the whole graph, although the ego-
+network reaches vertices the rank does not own.  The frontier of the next hop
+is computed by the same relabelling as the single-process sampler, so blocks
+have the DGL layout (destinations first, then new sources in ascending id).
+
+Per hop the exchange is three collectives on the sampler's process group:
+request counts, seed ids out, and one reply that carries per-seed counts and
+sampled source ids together in a slot both sides size in advance (a seed gets at
+most ``fanout`` sources; with full neighbourhoods, ``fanout=-1``, the reply is
+two collectives, counts first).  Every rank must call
+:meth:`DistNeighborSampler.sample_blocks` the same number of times in the same
+order (all hops take part even with nothing remote).  With ``own_targets`` (the
+data-parallel strategies, whose targets are the rank's own training vertices) the
+first hop, over the targets, is all local and makes no exchange at all.
+
+``replicate_structure=True`` (:func:`make_sampler`) instead keeps the whole
+CSR on every rank and samples locally with
+:class:`gnnflow.sampling.NeighborSampler` — the comparison point of issue 5.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from gnnflow.comm.collectives import CommStats, alltoall_slots, alltoallv, world
+from gnnflow.errors import ConfigError
+from gnnflow.runtime.devices import HOST
+from gnnflow.sampling import NeighborSampler, csr_sample_neighbors
+from gnnflow.sampling.neighbor import LayerwiseSampler, Relabeler, check_fanouts
+from gnnflow.strategies.minibatch.pipeline import MiniBatch, add_stats_delta, stats_totals
+
+
+class DistNeighborSampler(LayerwiseSampler):
+    """Multi-layer uniform neighbour sampler over a partitioned graph (collective).
+
+    Same contract as :class:`gnnflow.sampling.NeighborSampler`: ``fanouts[i]``
+    belongs to ``blocks[i]`` (input layer first); ``sample_blocks(targets)``
+    returns blocks ordered input -> output with ``blocks[-1].dst_ids == targets``.
+    """
+
+    def __init__(
+        self,
+        part: Any,
+        node_part: np.ndarray,
+        fanouts: Sequence[int],
+        seed: int = 0,
+        group: Any = None,
+        stats: CommStats | None = None,
+        own_targets: bool = False,
+    ) -> None:
+        self.part = part
+        self.node_part = node_part
+        self.fanouts = check_fanouts(fanouts)
+        self.rank, self.world_size = world()
+        self.group = group
+        self.stats = stats if stats is not None else CommStats(self.world_size)
+        # draws are keyed by (seed, epoch, batch, layer, vertex): the owner of a vertex draws for
+        # it what any other sampler would; every rank samples the same batch in lock-step, so
+        # the remote requests it serves belong to its own current key
+        self.seed = int(seed)
+        self.at(0, 0)
+        self.num_nodes = int(node_part.shape[0])
+        self._relabel = Relabeler(self.num_nodes)
+        self.remote_seeds = 0  # seeds sampled by their owner on this rank's behalf
+        # every rank's targets are its own vertices (the same setting on every rank, so the
+        # first hop's skipped exchange is skipped everywhere); a target owned elsewhere is an error
+        self.own_targets = bool(own_targets)
+
+    def _sample_own(self, seeds: np.ndarray, fanout: int, layer: int) -> tuple[np.ndarray, np.ndarray]:
+        """Sample the rank's own ``seeds``: (per-seed counts, global source ids in CSR order)."""
+        if seeds.size == 0:
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+        rows = self.part.global_to_local(seeds)
+        if (rows < 0).any() or (rows >= self.part.num_inner).any():
+            raise ConfigError(f"sampler: rank {self.rank} asked to sample vertices it does not own")
+        dst_pos, src_local = csr_sample_neighbors(self.part.indptr, self.part.indices, rows, fanout, self.key,
+                                                  layer, vertex_ids=seeds)
+        counts = np.bincount(dst_pos.numpy(), minlength=seeds.shape[0]).astype(np.int64)
+        return counts, self.part.local_to_global[src_local.numpy()]
+
+    def sample_neighbors(self, frontier: np.ndarray, fanout: int, layer: int) -> tuple[np.ndarray, np.ndarray]:
+        """Per-seed counts and source ids (CSR over ``frontier``) of one hop.  Collective."""
+        frontier = np.asarray(frontier, dtype=np.int64)
+        owner = np.asarray(self.node_part[frontier], dtype=np.int64)
+        own = np.flatnonzero(owner == self.rank)
+        counts = np.zeros(frontier.shape[0], dtype=np.int64)
+        own_counts, own_src = self._sample_own(frontier[own], fanout, layer)
+        counts[own] = own_counts
+        # sample_blocks samples the output layer first, over the targets
+        targets_hop = self.own_targets and layer == len(self.fanouts) - 1
+        if self.world_size == 1 or targets_hop:
+            if own.size != frontier.size:
+                raise ConfigError(f"sampler: rank {self.rank} got targets it does not own (own_targets)"
+                                  if targets_hop else
+                                  "sampler: a single rank cannot own remote vertices; check node_part")
+            return counts, own_src
+        remote = np.flatnonzero(owner != self.rank)
+        order = remote[np.argsort(owner[remote], kind="stable")]
+        send_counts = np.bincount(owner[remote], minlength=self.world_size)
+        requests = alltoallv(list(torch.split(torch.from_numpy(frontier[order]), send_counts.tolist())),
+                             self.stats, group=self.group, kind=HOST)
+        served = [self._sample_own(req.numpy(), fanout, layer) if p != self.rank else
+                  (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
+                  for p, req in enumerate(requests)]
+        rcounts, rsrc = self._reply(served, send_counts.tolist(), [int(r.shape[0]) for r in requests], fanout)
+        self.remote_seeds += int(order.size)
+        counts[order] = rcounts
+        # stitch: edges of own seeds and of remote seeds, reordered into CSR over the frontier
+        edge_dst = np.concatenate([np.repeat(own, own_counts), np.repeat(order, rcounts)])
+        src = np.concatenate([own_src, rsrc])
+        perm = np.argsort(edge_dst, kind="stable")
+        return counts, src[perm]
+
+    def _reply(self, served: list[tuple[np.ndarray, np.ndarray]], asked: list[int], requested: list[int],
+               fanout: int) -> tuple[np.ndarray, np.ndarray]:
+        """Send each peer its seeds' counts and sources; return ours (counts, sources) in peer order.
+
+        ``asked[p]``: seeds this rank sent p; ``requested[p]``: seeds p sent this rank.  With a
+        bounded fanout a seed's reply is at most ``1 + fanout`` ids, so one exchange of slots that
+        size carries counts and sources together; with full neighbourhoods counts go first.
+        """
+        if fanout < 0:
+            reply_counts = alltoallv([torch.from_numpy(c) for c, _ in served], self.stats, recv_counts=asked,
+                                     group=self.group, kind=HOST)
+            reply_src = alltoallv([torch.from_numpy(s) for _, s in served], self.stats,
+                                  recv_counts=[int(c.sum()) for c in reply_counts], group=self.group, kind=HOST)
+            return torch.cat(reply_counts).numpy(), torch.cat(reply_src).numpy()
+        slots = alltoall_slots([torch.from_numpy(np.concatenate([c, s])) for c, s in served],
+                               [n * (1 + fanout) for n in requested], [n * (1 + fanout) for n in asked],
+                               self.stats, group=self.group, kind=HOST)
+        rcounts, rsrc = [], []
+        for n, slot in zip(asked, slots, strict=True):
+            c = slot[:n].numpy()
+            rcounts.append(c)
+            rsrc.append(slot[n:n + int(c.sum())].numpy())
+        return np.concatenate(rcounts), np.concatenate(rsrc)
+
+
+def make_sampler(part: Any, node_part: np.ndarray, fanouts: Sequence[int], seed: int,
+                 replicate_structure: bool = False, graph_path: Any = None, group: Any = None,
+                 stats: CommStats | None = None, own_targets: bool = False) -> DistNeighborSampler | NeighborSampler:
+    """The partitioned sampler, or (``replicate_structure``) a full-CSR local sampler."""
+    if not replicate_structure:
+        return DistNeighborSampler(part, node_part, fanouts, seed, group=group, stats=stats,
+                                   own_targets=own_targets)
+    from gnnflow.data.store import open_store
+
+    store = open_store(graph_path, validate=False)
+    # the full structure, read into this rank's memory (this is what the option compares against)
+    return NeighborSampler(np.array(store.indptr), np.array(store.indices), fanouts, seed=seed)
+
+
+def sample_minibatch(sampler: DistNeighborSampler | NeighborSampler, mb: MiniBatch,
+                     stats: CommStats | None) -> MiniBatch:
+    """The sample stage of the mini-batch strategies: ``mb.blocks`` for ``mb.targets``.
+
+    The draws depend on (seed, epoch, batch, layer, vertex) only
+    (:mod:`gnnflow.sampling.draws`), so a resumed run, a sampler process
+    (:mod:`gnnflow.strategies.minibatch.sampler_process`) or a pipeline running ahead
+    samples exactly what the uninterrupted in-process stage would, and so does
+    single-process training on the union of the ranks' batches.
+    Records ``sampled_edges``, ``input_vertices`` and the bytes the sampler's
+    exchanges moved (``stats``) in ``mb.counters``.
+    """
+    before = stats_totals(stats)
+    mb.blocks = sampler.at(mb.epoch, mb.index).sample_blocks(mb.targets)
+    mb.counters["sampled_edges"] = float(sum(b.num_edges for b in mb.blocks))
+    mb.counters["input_vertices"] = float(mb.blocks[0].num_src)
+    add_stats_delta(mb, stats, before, "sample")
+    return mb
+
+
+def presample_input_counts(sampler: DistNeighborSampler | NeighborSampler,
+                           batches: Iterable[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """How often each vertex is an input vertex (``blocks[0].src_ids``) over ``batches``.
+
+    Collective for the distributed sampler: every rank passes the same number of batches.
+    Returns ``(ids, counts)`` sorted by id.  The feature cache takes its hot rows from this.
+    """
+    seen: list[np.ndarray] = []
+    for targets in batches:
+        seen.append(sampler.sample_blocks(targets)[0].src_ids.numpy())
+    if not seen:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    ids, counts = np.unique(np.concatenate(seen), return_counts=True)
+    return ids.astype(np.int64), counts.astype(np.int64)
