@@ -7,8 +7,7 @@ import pytest
 import torch
 
 from gnnflow.sampling import Block
-from gnnflow.strategies.hec.strategy import LocalHaloSampler, drop_sources
-from gnnflow.strategies.hec.strategy import HECOptions
+from gnnflow.strategies.hec.strategy import HECOptions, LocalHaloSampler, drop_sources
 from gnnflow.strategies.memory import hec_cache_lines
 
 
