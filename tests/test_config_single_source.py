@@ -157,3 +157,10 @@ def test_options_are_parsed_once_with_one_line_errors():
         with pytest.raises(ConfigError, match=words) as err:
             cls.parse_options(TrainConfig(graph="g", strategy="hec", options=bad))
         assert "\n" not in str(err.value)
+
+
+def test_the_docs_name_every_setting_a_workflow_sets():
+    """docs/workflow.md lists the training settings a sweep may set: every one of them."""
+    text = (ROOT / "docs" / "workflow.md").read_text()
+    missing = [f.name for f in settings() if f.name not in WORKFLOW_OWN and f"`{f.name}`" not in text]
+    assert not missing, f"docs/workflow.md does not name: {missing}"

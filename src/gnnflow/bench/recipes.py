@@ -30,6 +30,7 @@ protocol applied to both here.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import statistics
 import tempfile
 import time
@@ -85,7 +86,11 @@ def recipe_config(path: Path, graph: str, strategy: str, workers: int, seed: int
     if not path.is_file():
         raise ConfigError(f"{path}: no such recipe file (--recipes names the directory of <model>-planetoid.yaml)")
     data = load_settings(path)
-    distributed = strategy_class(strategy).distributed
+    cls = strategy_class(strategy)
+    distributed = cls.distributed
+    # the recipe's options are single's (full_batch); fullbatch and dgcl are full-batch by construction
+    known = {f.name for f in dataclasses.fields(cls.Options)}
+    data["options"] = {k: v for k, v in (data.get("options") or {}).items() if k in known}
     data.update(graph=graph, strategy=strategy, seed=seed, workers=workers if distributed else 1, out=None,
                 partition=partition if distributed and strategy in NEEDS_BOOK else None)
     if epochs is not None:

@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from gnnflow.config import AGGREGATORS, TrainConfig
+from gnnflow.config import AGGREGATORS, MODELS, TrainConfig
 from gnnflow.errors import ConfigError
 from gnnflow.nn.dropout import Dropout
 from gnnflow.nn.gat import GATConv
@@ -27,8 +27,9 @@ from gnnflow.nn.gcn import GCNConv
 from gnnflow.nn.sage import SAGEConv
 from gnnflow.sampling.block import Block
 
-#: model names build_model accepts; "gcn" is symmetric, "gcn-right" row-normalised (MG-GCN).
-MODEL_NAMES = ("sage", "gcn", "gcn-right", "gat", "mlp")
+#: model names build_model accepts: the user-facing ones (config.MODELS; "gcn" is symmetrically
+#: normalised) and "gcn-right", the row-normalised GCN that MG-GCN's norm=right builds
+MODEL_NAMES = (*MODELS, "gcn-right")
 #: hidden activations by name (the names gnnflow.config.ACTIVATIONS lists)
 ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {"relu": F.relu, "elu": F.elu}
 
