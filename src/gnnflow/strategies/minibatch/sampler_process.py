@@ -144,7 +144,8 @@ def _build_stages(spec: SamplerSpec) -> Any:
     """The rank's strategy, prepared up to its stages (no model), sampling in-process."""
     module, _, name = spec.strategy.partition(":")
     cls = getattr(importlib.import_module(module), name)
-    cfg = dataclasses.replace(spec.cfg, options={**dict(spec.cfg.options or {}), "samplers": "thread"})
+    options = cls.Options.parse(spec.cfg.options, cls.name)
+    cfg = dataclasses.replace(spec.cfg, options=dataclasses.replace(options, samplers="thread"))
     strategy = cls(cfg, RankContext(rank=spec.rank, world_size=spec.world_size, device=torch.device("cpu")))
     strategy.prepare_stages()
     return strategy
