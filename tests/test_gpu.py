@@ -14,6 +14,7 @@ import torch
 
 from gnnflow.config import TrainConfig
 from gnnflow.results.schema import Recorder, is_measurement
+from gnnflow.strategies.base import strategy_class
 from gnnflow.strategies.driver import run_training
 
 pytestmark = [pytest.mark.gpu,
@@ -59,6 +60,7 @@ def test_strategy_on_cuda_matches_cpu(strategy, workers, graph_book, tmp_path):
                   fanouts=[3, 3], batch_size=64, epochs=2, dropout=0.0, seed=0,
                   options={"pipeline": True})
     common.update(STRATEGIES[strategy])
+    common["options"] = strategy_class(strategy).Options.own(common["options"])  # pipeline: mini-batch only
     cpu = _rows(run_training(TrainConfig(**common, device="cpu", out=str(tmp_path / "cpu"))))
     gpu = _rows(run_training(TrainConfig(**common, device="cuda", out=str(tmp_path / "cuda"))))
     assert len(cpu) == len(gpu)

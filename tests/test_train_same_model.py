@@ -61,13 +61,13 @@ def test_gcn_first_step_equal_under_single_fullbatch_dgcl(tiny_store, tiny_book)
 def test_gat_first_step_equal_under_single_data_split_p3(tiny_store, tiny_book):
     n_train = int(tiny_store.train_idx.shape[0])
     common = dict(graph=str(tiny_store.path), model="gat", hidden=4, heads=2, out_heads=1, num_layers=2,
-                  fanouts=[4, 3], batch_size=n_train, dropout=0.0, epochs=1, seed=5,
-                  options={"pipeline": False})
+                  fanouts=[4, 3], batch_size=n_train, dropout=0.0, epochs=1, seed=5)
     losses = {"single": first_loss(TrainConfig(strategy="single", **common))}
+    common["options"] = {"pipeline": False}  # the mini-batch strategies' option
     for strategy in ("data", "split", "p3"):
         losses[strategy] = first_loss(TrainConfig(strategy=strategy, workers=2, partition=str(tiny_book.path),
                                                   **common))
     _close(losses)
     # the check can fail: two output heads make another model
-    other = first_loss(TrainConfig(strategy="single", **{**common, "out_heads": 2}))
+    other = first_loss(TrainConfig(strategy="single", **{**common, "out_heads": 2, "options": {}}))
     assert abs(other - losses["single"]) > 10 * TOL * abs(losses["single"])

@@ -79,7 +79,7 @@ class TrainConfig:
                                  "a flag takes them comma-separated, e.g. 15,10,5", label="f")
     batch_size: int = setting(512, "targets per GLOBAL mini-batch, all ranks together, for every strategy "
                               "(each data-parallel rank takes about batch/P of them)", minimum=1, label="b")
-    lr: float = setting(0.003, "Adam learning rate", positive=True, label="lr")
+    lr: float = setting(0.003, "Adam learning rate", minimum=0.0, label="lr")
     weight_decay: float = setting(0.0, "Adam weight decay", minimum=0.0, label="wd")
     dropout: float = setting(0.2, "dropout between layers", minimum=0.0, below=1.0, label="do")
     heads: int = setting(2, "GAT attention heads of every hidden layer (concatenated)", minimum=1, label="H")

@@ -88,6 +88,18 @@ class StrategyOptions:
         obj.check()
         return obj
 
+    @classmethod
+    def names(cls) -> set[str]:
+        """Every key that names one of these options (aliases included)."""
+        return {n for f in dataclasses.fields(cls) for n in (f.name, *f.metadata.get("aliases", ()))}
+
+    @classmethod
+    def own(cls, raw: Mapping[str, Any] | None) -> dict[str, Any]:
+        """The entries of ``raw`` that are options of this class: what a run of this strategy gets
+        from options written for several (a workflow sweep over strategies, a comparison)."""
+        names = cls.names()
+        return {k: v for k, v in dict(raw or {}).items() if k in names}
+
     def check(self) -> None:
         """Checks across options (subclasses); raise ConfigError naming the option."""
 

@@ -67,6 +67,13 @@ def strategy_info(name: str) -> tuple[bool, frozenset[str] | None]:
     return cls.distributed, cls.partition_methods
 
 
+def option_names(name: str) -> set[str]:
+    """The option keys strategy ``name`` takes (its class's ``Options``, aliases included)."""
+    from gnnflow.strategies.base import strategy_class
+
+    return strategy_class(name).Options.names()
+
+
 def apply_variant(config: dict[str, Any]) -> dict[str, Any]:
     """Merge ``variants[variant]`` over the config (deep for mappings)."""
     variant = config.get("variant")
@@ -138,6 +145,14 @@ def check_references(config: dict[str, Any]) -> None:
     for name, spec in partitions.items():
         if spec["method"] == "two-level" and "levels" not in spec:
             raise ConfigError(f"config key partitions.{name}.levels: two-level needs levels: MxW")
+    train = config.get("train", {})
+    for sweep in train.get("sweeps", []):
+        strategies = sweep.get("strategy", (train.get("defaults") or {}).get("strategy"))
+        known = set().union(*(option_names(s) for s in _as_list(strategies)))
+        opts = {**((train.get("defaults") or {}).get("options") or {}), **(sweep.get("options") or {})}
+        for k in sorted(set(opts) - known):
+            raise ConfigError(f"config key train.sweeps[{sweep['name']}].options.{k}: not an option of "
+                              f"strategy {'/'.join(_as_list(strategies))}; its options are {', '.join(sorted(known))}")
     for run in expand_runs(config):
         key = f"train.sweeps[{run.sweep}]"
         if run.dataset not in datasets:
@@ -194,6 +209,8 @@ def expand_runs(config: dict[str, Any]) -> list[RunSpec]:
             options = dict(zip(opt_keys, combo[len(keys):], strict=True))
             strategy, dataset = values.pop("strategy"), values.pop("dataset")
             partition = values.pop("partition", None)
+            # a sweep over several strategies holds the options of each: a run gets its own
+            options = {k: v for k, v in options.items() if k in option_names(strategy)}
             if not strategy_info(strategy)[0]:  # single-process: no partition, one rank
                 partition = None
                 values["workers"] = 1
@@ -207,9 +224,12 @@ def expand_runs(config: dict[str, Any]) -> list[RunSpec]:
                 elif k in options:
                     parts.append(f"{k}{options[k]}")
             name = "-".join(parts)
+            run = RunSpec(name=name, sweep=sweep["name"], strategy=strategy, dataset=dataset,
+                          partition=partition, settings=values, options=options)
             if name in names:
+                if run in runs:  # an option swept that this strategy does not take: the same run again
+                    continue
                 raise ConfigError(f"config key train.sweeps: two runs are both named {name!r}; give sweeps distinct names")
             names.add(name)
-            runs.append(RunSpec(name=name, sweep=sweep["name"], strategy=strategy, dataset=dataset,
-                                partition=partition, settings=values, options=options))
+            runs.append(run)
     return runs

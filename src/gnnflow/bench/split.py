@@ -149,6 +149,7 @@ def compare_rank(ctx: Any, cfg_dicts: dict[str, dict[str, Any]], epochs: int,
 def make_cfg(strategy: str, graph: Path, partition: Path, args: argparse.Namespace, epochs: int,
              **options: Any) -> dict[str, Any]:
     from gnnflow.config import TrainConfig
+    from gnnflow.strategies.base import strategy_class
 
     fanouts = [int(f) for f in str(args.fanouts).split(",")]
     cfg = TrainConfig(graph=str(graph), strategy=strategy, partition=str(partition), model=args.model,
@@ -156,7 +157,7 @@ def make_cfg(strategy: str, graph: Path, partition: Path, args: argparse.Namespa
                       hidden=args.hidden, num_layers=len(fanouts), fanouts=fanouts,
                       batch_size=args.batch_size * args.workers,
                       epochs=epochs, seed=args.seed, workers=args.workers,
-                      options={"pipeline": bool(args.pipeline), **options})
+                      options=strategy_class(strategy).Options.own({"pipeline": bool(args.pipeline), **options}))
     return cfg.to_dict()
 
 
