@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from gnnflow.cli import main as cli
-from gnnflow.data.store import open_store, store_fingerprint
+from gnnflow.data.meta import read_store_meta, store_fingerprint
+from gnnflow.data.store import open_store
 from gnnflow.data.synthetic import prepare_synthetic
 from gnnflow.errors import StoreError
 from gnnflow.partition.api import partition_graph
@@ -35,7 +36,7 @@ def _poke(path, index, value):
 def test_written_meta_records_validation_and_fingerprint(graph_book):
     g, b = graph_book
     meta = json.loads((g / "meta.json").read_text())
-    assert meta["fingerprint"] == store_fingerprint(meta) and len(meta["fingerprint"]) == 64
+    assert meta["fingerprint"] == store_fingerprint(read_store_meta(g)) and len(meta["fingerprint"]) == 64
     assert meta["validated"]["indices_range"] == [0, 599] and meta["validated"]["features_finite"]
     bmeta = json.loads((b / "meta.json").read_text())
     assert bmeta["graph_fingerprint"] == meta["fingerprint"] and bmeta["validated"]

@@ -28,15 +28,15 @@ def test_contiguous_ids_and_type_metadata(hetero_store):
     s = hetero_store
     tm = validate_hetero(s)
     counts = [400, 30, 20, 300]  # author, field_of_study, institution, paper (sorted)
-    assert s.meta["node_types"] == ["author", "field_of_study", "institution", "paper"]
-    assert s.meta["node_type_offsets"] == np.concatenate([[0], np.cumsum(counts)]).tolist()
+    assert s.meta.node_types == ["author", "field_of_study", "institution", "paper"]
+    assert s.meta.node_type_offsets == np.concatenate([[0], np.cumsum(counts)]).tolist()
     nt = np.asarray(s.extra["node_type"])
     assert nt.dtype == np.int32 and np.all(np.diff(nt) >= 0)
     # Edge ids: contiguous per type; CSR slots carry type and id; endpoints match the triple.
     et, eid = np.asarray(s.extra["edge_type"]), np.asarray(s.extra["edge_id"])
     assert et.dtype == np.int32 and et.shape == (s.num_edges,)
     assert np.array_equal(tm.to_type_eid(eid)[0], et)
-    assert len(s.meta["edge_types"]) == 8 and s.meta["reverse_edge_types"]
+    assert len(s.meta.edge_types or []) == 8 and s.meta.reverse_edge_types
     # Per-type features at their own dims, a common-dim features.npy, labels on papers only.
     assert s.extra["features_paper"].shape == (300, 64)
     assert s.extra["features_author"].shape == (400, 32)
@@ -63,7 +63,7 @@ def test_round_trip_synthetic_hetero(hetero_store):
 
 def test_round_trip_without_reverse_edges(tmp_path):
     s = prepare_synthetic_hetero(tmp_path / "h", reverse_edges=False, feature_fill="zero", **SMALL)
-    assert s.meta["directed"] and not s.meta["reverse_edge_types"]
+    assert s.meta.directed and not s.meta.reverse_edge_types
     assert hetero_equal(heterogenize(s), generate_synthetic_hetero(**SMALL)) == []
     assert np.all(s.features[430:450] == 0)  # institutions: zero fill
 
@@ -161,12 +161,12 @@ def test_homogenize_cli_on_stores(tmp_path, hetero_store, tiny_store, capsys):
     assert cli(["homogenize", str(hetero_store.path), "--out", str(tmp_path / "again"),
                 "--no-reverse-edges"]) == 0
     again = open_store(tmp_path / "again")
-    assert again.meta["directed"] and len(again.meta["edge_types"]) == 4
+    assert again.meta.directed and len(again.meta.edge_types or []) == 4
     assert hetero_equal(heterogenize(again), heterogenize(hetero_store)) == []
     assert cli(["homogenize", str(tiny_store.path), "--out", str(tmp_path / "plain")]) == 0
     plain = open_store(tmp_path / "plain")
     validate_hetero(plain)
-    assert plain.meta["node_types"] == ["_N"] and not plain.meta["directed"]
+    assert plain.meta.node_types == ["_N"] and not plain.meta.directed
     assert np.array_equal(plain.indices, tiny_store.indices)
     assert np.array_equal(plain.indptr, tiny_store.indptr)
     assert np.array_equal(plain.features, tiny_store.features)

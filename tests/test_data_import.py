@@ -57,7 +57,7 @@ def test_import_formats(tmp_path, capsys, fmt, split):
     elif split == "mask":
         assert np.array_equal(s.val_idx, np.arange(12, 18))
     else:
-        assert s.meta["split"].startswith("random")
+        assert s.meta.extra["split"].startswith("random")
         assert len(s.train_idx) + len(s.val_idx) + len(s.test_idx) == n
     info = json.loads(capsys.readouterr().out)
     assert info["statistics"]["num_nodes"] == n
@@ -96,7 +96,7 @@ def test_existing_output_refused_then_overwritten(tmp_path, capsys):
     assert cli(args) == 1
     assert "already exists" in capsys.readouterr().err
     assert cli([*args, "--overwrite", "--seed", "3"]) == 0
-    assert open_store(tmp_path / "g").meta["generator"]["seed"] == 3
+    assert open_store(tmp_path / "g").meta.extra["generator"]["seed"] == 3
 
 
 def _fails(tmp_path, capsys, argv, needle):
@@ -230,10 +230,10 @@ def test_normalize_features_and_sparse_input(tmp_path, capsys, monkeypatch, spar
         assert cli(["prepare", "import", str(tmp_path / "in"), "--out", str(out),
                     "--normalize-features", norm]) == 0
         s = open_store(out)
-        assert s.features.dtype == np.float32 and s.meta["feature_normalization"] == norm
+        assert s.features.dtype == np.float32 and s.meta.feature_normalization == norm
         want = _kipf_row_normalize(x) if norm == "row" else x
         np.testing.assert_allclose(s.features, want, rtol=1e-6)
-        assert s.meta["feature_file"] == ("features.npz" if sparse else "features.npy")
+        assert s.meta.extra["feature_file"] == ("features.npz" if sparse else "features.npy")
     assert np.all(open_store(tmp_path / "g-row").features[[3, 11]] == 0)
     np.testing.assert_allclose(open_store(tmp_path / "g-row").features.sum(1)[x.sum(1) > 0], 1, rtol=1e-6)
 

@@ -101,7 +101,7 @@ def test_arxiv_layout_converts(tmp_path, capsys):
     s = open_store(tmp_path / "g")
     want = {(int(a), int(b)) for a, b in zip(src, dst, strict=True) if a != b}
     want |= {(b, a) for a, b in want}
-    assert _edge_set(s) == want and not s.meta["directed"]
+    assert _edge_set(s) == want and not s.meta.directed
     assert np.allclose(s.features, feat) and np.array_equal(s.labels, labels)
     assert np.array_equal(s.train_idx, perm[:20]) and np.array_equal(s.test_idx, perm[30:])
     assert s.num_classes == 40 and s.extra["node_year"].shape == (40,)
@@ -138,8 +138,8 @@ def test_mag_layout_homogenizes_and_round_trips(tmp_path, capsys):
                 "--out", str(tmp_path / "g")]) == 0
     s = open_store(tmp_path / "g")
     tm = validate_hetero(s)
-    assert s.meta["node_types"] == ["author", "field_of_study", "institution", "paper"]
-    assert s.meta["node_type_offsets"] == [0, 12, 17, 20, 35]
+    assert s.meta.node_types == ["author", "field_of_study", "institution", "paper"]
+    assert s.meta.node_type_offsets == [0, 12, 17, 20, 35]
     assert s.num_edges == 2 * (12 + 30 + 25 + 20)  # with reverse edge types
     assert hetero_equal(heterogenize(s), hg) == []
     # Per-type features at their own dim; common features.npy; labels only on papers.

@@ -91,7 +91,7 @@ def test_row_normalized_features(tmp_path, capsys):
     assert cli(["prepare", "cora", "--raw-dir", str(tmp_path / "raw"), "--out", str(tmp_path / "g"),
                 "--normalize-features", "row"]) == 0
     s = open_store(tmp_path / "g")
-    assert s.meta["feature_normalization"] == "row"
+    assert s.meta.feature_normalization == "row"
     allx = objs["allx"].toarray()
     sums = allx.sum(1, keepdims=True)
     np.testing.assert_allclose(s.features[:10], np.where(sums > 0, allx / np.maximum(sums, 1), 0),

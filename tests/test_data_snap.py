@@ -38,13 +38,13 @@ def test_snap_file_relabels_and_symmetrizes(tmp_path, capsys):
     # {10,20},{10,30},{20,30},{10,70} in both directions; the self-loop 40-40 dropped.
     assert s.num_edges == 8
     assert sorted(s.indices[s.indptr[0]:s.indptr[1]].tolist()) == [1, 2, 4]
-    assert s.meta["random_features"] and s.meta["random_labels"] and s.name == "tiny"
+    assert s.meta.extra["random_features"] and s.meta.extra["random_labels"] and s.name == "tiny"
     assert s.features.shape == (5, 4) and s.labels.max() < 3
     # Seeded: the same seed gives the same features.
     s2 = prepare_snap(tmp_path / "g2", file=f, feature_dim=4, num_classes=3, seed=7)
     assert np.array_equal(s.features, s2.features) and np.array_equal(s.labels, s2.labels)
     d = prepare_snap(tmp_path / "d", file=f, symmetrize=False, feature_dim=4, num_classes=3)
-    assert d.num_edges == 5 and d.meta["directed"]
+    assert d.num_edges == 5 and d.meta.directed
 
 
 def test_snap_bad_line(tmp_path, capsys):

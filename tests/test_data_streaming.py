@@ -23,7 +23,7 @@ def small_chunks(monkeypatch):
 
 def _same_files(a, b):
     """Every .npy file of store ``a`` equals store ``b``'s, byte for byte (the sha256s)."""
-    sa, sb = a.meta["checksums"], b.meta["checksums"]
+    sa, sb = a.meta.checksums, b.meta.checksums
     assert sorted(sa) == sorted(sb)
     assert {k: v for k, v in sa.items() if sb[k] != v} == {}
 
@@ -211,4 +211,4 @@ def test_hetero_streaming_is_byte_identical(tmp_path, small_chunks, case, monkey
         write_mag_like(tmp_path / "mag")
         opts = {"reverse_edges": False, "feature_fill": "zero"} if case == "mag_noreverse_zero" else {}
         s = prepare_ogb("ogbn-mag", tmp_path / "g", raw_dir=tmp_path / "mag", **opts)
-    assert s.meta["checksums"] == GOLDEN_HETERO[case]
+    assert s.meta.checksums == GOLDEN_HETERO[case]

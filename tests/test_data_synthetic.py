@@ -133,7 +133,7 @@ def test_prepare_writes_store(tmp_path):
     s = prepare_synthetic(tmp_path / "g", num_nodes=500, avg_degree=6, feature_dim=8,
                           num_classes=3, seed=2)
     assert s.num_nodes == 500 and s.num_edges == 3000 and s.feature_dim == 8
-    assert s.meta["generator"]["seed"] == 2 and not s.meta["directed"]
+    assert s.meta.extra["generator"]["seed"] == 2 and not s.meta.directed
     assert not list(tmp_path.glob(".*"))  # no scratch files left
 
 

@@ -86,7 +86,7 @@ def test_accuracy_matches_single_process_on_default_graph(tmp_path):
     seed_all(0)
     x = torch.from_numpy(np.array(store.features))
     y = torch.from_numpy(np.array(store.labels))
-    model = build_model("gcn", x.shape[1], 64, int(store.meta["num_classes"]), 2, 0.5, 1)
+    model = build_model("gcn", x.shape[1], 64, store.meta.num_classes, 2, 0.5, 1)
     opt = torch.optim.Adam(model.parameters(), lr=0.01)
     blocks = [Block.full_graph(*with_self_loops(store.indptr, store.indices))] * 2
     train = torch.from_numpy(np.array(store.train_idx))

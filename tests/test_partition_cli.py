@@ -42,7 +42,9 @@ def test_cli_errors_leave_nothing(tiny_store, tmp_path, capsys):
         assert msg in capsys.readouterr().err
     (tmp_path / "broken").mkdir()
     np.save(tmp_path / "broken" / "indptr.npy", np.zeros(3, dtype=np.int64))
-    (tmp_path / "broken" / "meta.json").write_text(json.dumps({"format": "gnnflow-graph-store"}))
+    (tmp_path / "broken" / "meta.json").write_text(json.dumps({
+        "format": "gnnflow-graph-store", "version": 1, "name": "broken", "num_nodes": 2, "num_edges": 0,
+        "num_classes": 2, "directed": False}))
     assert main(["partition", str(tmp_path / "broken"), "--method", "random", "--parts", "2", "--out", out]) == 1
     assert "missing file" in capsys.readouterr().err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["broken", "tiny"]

@@ -102,14 +102,14 @@ def test_coarsen_option_through_partition_graph(graph, tmp_path):
     lp = partition_graph(store, "metis", 4, tmp_path / "lp", constraints=NAMES, coarsen="lp")
     none = partition_graph(store, "metis", 4, tmp_path / "none", constraints=NAMES, coarsen="none")
     auto = partition_graph(store, "metis", 4, tmp_path / "auto", constraints=NAMES)  # 240k entries: below 2^21
-    assert lp.meta["coarsen"] == "lp" and len(lp.meta["coarsening"]["levels"]) >= 2
-    assert none.meta["coarsen"] == "none" and "metis_objective" in none.meta
-    assert auto.meta["coarsen"] == "none"
+    assert lp.meta.extra["coarsen"] == "lp" and len(lp.meta.extra["coarsening"]["levels"]) >= 2
+    assert none.meta.extra["coarsen"] == "none" and "metis_objective" in none.meta.extra
+    assert auto.meta.extra["coarsen"] == "none"
     assert max(lp.quality["balance"].values()) <= 1.05
     assert lp.quality["edge_cut_pct"] <= 1.05 * none.quality["edge_cut_pct"]
     # the other METIS-based methods take the option too
     edge = partition_graph(store, "edge", 4, tmp_path / "edge", coarsen="lp")
-    assert edge.meta["coarsen"] == "lp"
+    assert edge.meta.extra["coarsen"] == "lp"
     with pytest.raises(ConfigError, match="--coarsen must be one of"):
         partition_graph(store, "metis", 4, tmp_path / "bad", coarsen="fast")
     with pytest.raises(ConfigError, match="libmetis backend"):
@@ -126,7 +126,7 @@ def test_missing_kernels_auto_falls_back_and_lp_says_how_to_build(graph, tmp_pat
     monkeypatch.delattr(sys.modules["gnnflow.partition"], "_lpkernels", raising=False)
     monkeypatch.setattr(metis, "AUTO_COARSEN_ENTRIES", 1)
     book = partition_graph(store, "metis", 4, tmp_path / "auto", constraints=NAMES)
-    assert book.meta["coarsen"] == "none" and "compiled partitioning kernels" in book.meta["coarsen_fallback"]
+    assert book.meta.extra["coarsen"] == "none" and "compiled partitioning kernels" in book.meta.extra["coarsen_fallback"]
     with pytest.raises(ConfigError, match="reinstall with a C compiler"):
         partition_graph(store, "metis", 4, tmp_path / "lp", constraints=NAMES, coarsen="lp")
     assert not (tmp_path / "lp").exists()

@@ -34,7 +34,7 @@ def test_metis_multiconstraint_balances_all(synth, tmp_path):
     bal = book.quality["balance"]
     assert set(bal) == {"vertices", "train", "edges"}
     assert max(bal.values()) <= 1.05, bal
-    assert book.meta["backend"] == "libmetis" and book.meta["idx_bits"] in (32, 64)
+    assert book.meta.extra["backend"] == "libmetis" and book.meta.idx_bits in (32, 64)
     # min cut: far below random's (1 - 1/8)
     assert book.quality["edge_cut_pct"] < 60
 
@@ -43,7 +43,7 @@ def test_pymetis_single_constraint_is_worse_on_train(synth, tmp_path):
     multi = partition_graph(synth, "metis", 8, tmp_path / "a", constraints=["vertices", "train", "edges"])
     single = partition_graph(synth, "metis", 8, tmp_path / "b", constraints=["vertices", "train", "edges"],
                              backend="pymetis")
-    assert single.meta["balanced_constraint"] == "vertices"
+    assert single.meta.extra["balanced_constraint"] == "vertices"
     assert single.quality["balance"]["train"] > multi.quality["balance"]["train"]
 
 
@@ -109,11 +109,11 @@ def test_permute_1d(synth, tmp_path):
     perm = np.asarray(book.perm)
     n = synth.num_nodes
     assert np.array_equal(np.sort(perm), np.arange(n))
-    bounds = book.meta["row_bounds"]
+    bounds = book.meta.extra["row_bounds"]
     node_part = np.asarray(book.node_part)
     for p in range(4):
         assert np.all(node_part[perm[bounds[p]:bounds[p + 1]]] == p)
-    tiles = np.array(book.meta["tile_nnz"])
+    tiles = np.array(book.meta.extra["tile_nnz"])
     assert tiles.shape == (4, 4) and tiles.sum() == synth.num_edges
     # cross-check one tile by brute force
     dst = np.repeat(np.arange(n), np.diff(synth.indptr))
@@ -141,7 +141,7 @@ def test_presample_counts_and_hot_vertices(synth, tmp_path):
     assert np.all(np.diff(p.vertex_counts[0][hot]) <= 0)
     assert p.vertex_counts[0][hot[-1]] >= np.sort(p.vertex_counts[0])[-10]
     book = partition_graph(synth, "presample", 4, tmp_path / "pp", presample=tmp_path / "ps.npz")
-    assert book.meta["constraints"] == ["presample:layer0-edges", "presample:layer1-edges"]
+    assert book.meta.constraints == ["presample:layer0-edges", "presample:layer1-edges"]
     with pytest.raises(ConfigError, match="--presample"):
         partition_graph(synth, "node", 4, tmp_path / "nn")
 

@@ -49,11 +49,11 @@ def test_parmetis_two_ranks(synth, tmp_path, idx_bits):
     metis = partition_graph(synth, "metis", 4, tmp_path / "m", constraints=["vertices"])
     node_part = np.asarray(book.node_part)
     assert node_part.min() == 0 and node_part.max() == 3
-    assert book.meta["num_ranks"] == 2 and book.meta["vtxdist"] == [0, 4000, 8000]
+    assert book.meta.extra["num_ranks"] == 2 and book.meta.extra["vtxdist"] == [0, 4000, 8000]
     assert book.quality["edge_cut"] <= 1.3 * metis.quality["edge_cut"]
     assert book.quality["balance"]["vertices"] <= 1.06
-    if book.meta["pt_scotch"]:
-        assert "multi-constraint is ignored" in book.meta["note"]
+    if book.meta.extra["pt_scotch"]:
+        assert "multi-constraint is ignored" in (book.meta.note or "")
 
 
 def test_parmetis_missing_pieces_clear_errors(synth, tmp_path, monkeypatch):

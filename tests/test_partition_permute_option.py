@@ -14,4 +14,4 @@ def test_no_permute_gives_natural_row_blocks(tiny_store, tmp_path):
     assert np.array_equal(np.asarray(book.node_part), expected)
     permuted = partition_graph(tiny_store, "permute-1d", 4, tmp_path / "perm", seed=1)
     assert not np.array_equal(np.asarray(permuted.node_part), expected)
-    assert book.meta["params"] == {"permute": False}
+    assert book.meta.params == {"permute": False}

@@ -51,7 +51,7 @@ def fake_graph(tmp: Path, num_nodes: int, avg_degree: float, parts: int, feature
                train_frac: float = 0.01) -> tuple[str, str]:
     """A graph store and a METIS-like book of ``parts`` parts made of meta.json files only (no
     arrays): the preflight reads nothing else, so a 10M-vertex graph costs nothing here."""
-    from gnnflow.data.store import store_fingerprint
+    from gnnflow.data.meta import read_store_meta, store_fingerprint
 
     m = int(num_nodes * avg_degree)
     meta = {"format": "gnnflow-graph-store", "version": 1, "name": "fake10m", "num_nodes": num_nodes,
@@ -64,7 +64,7 @@ def fake_graph(tmp: Path, num_nodes: int, avg_degree: float, parts: int, feature
     inner = num_nodes // parts
     bmeta = {"format": "gnnflow-partition-book", "version": 1, "num_parts": parts, "method": "metis",
              "num_nodes": num_nodes, "num_edges": m, "graph": str(graph), "idx_bits": 32,
-             "graph_fingerprint": store_fingerprint(meta),
+             "graph_fingerprint": store_fingerprint(read_store_meta(graph)),
              "quality": {"part_sizes": [inner] * parts, "edges_per_part": [m // parts] * parts,
                          "halo_per_part": [min(num_nodes - inner, 3 * inner)] * parts, "edge_cut_pct": 40.0}}
     (book / "meta.json").write_text(json.dumps(bmeta))

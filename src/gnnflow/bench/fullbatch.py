@@ -102,11 +102,11 @@ def degree_ordered_copy(graph: str, out: Path) -> str:
     new_of_old[order] = np.arange(order.shape[0])
     src, dst = csr_to_coo(np.asarray(s.indptr), np.asarray(s.indices))
     indptr, indices = build_csr(new_of_old[src], new_of_old[dst], s.num_nodes, symmetrize=False)
-    write_store(out, name=f"{s.meta.get('name', 'graph')}-degree-ordered", source="bench-relabel",
+    write_store(out, name=f"{s.name}-degree-ordered", source="bench-relabel",
                 indptr=indptr, indices=indices, features=np.asarray(s.features)[order],
                 labels=np.asarray(s.labels)[order], train_idx=np.sort(new_of_old[s.train_idx]),
                 val_idx=np.sort(new_of_old[s.val_idx]), test_idx=np.sort(new_of_old[s.test_idx]),
-                num_classes=int(s.meta["num_classes"]), directed=bool(s.meta.get("directed", True)))
+                num_classes=s.num_classes, directed=s.meta.directed)
     return str(out)
 
 

@@ -112,8 +112,10 @@ def worker(which: str, graph: str, parts: int, out: str, seed: int) -> dict[str,
     result = {"wall_s": wall, "peak_rss_mib": _rss_mib(), "baseline_rss_mib": base}
     # quality, after the peak was read: ours from meta.json, DGL's from its node map
     if which in OURS:
-        meta = json.loads((Path(out) / "meta.json").read_text())
-        result.update(edge_cut_pct=meta["quality"]["edge_cut_pct"], coarsen=meta.get("coarsen"))
+        from gnnflow.partition.meta import read_book_meta
+
+        meta = read_book_meta(out)
+        result.update(edge_cut_pct=(meta.quality or {})["edge_cut_pct"], coarsen=meta.extra.get("coarsen"))
     else:
         from gnnflow.partition.metrics import edge_cut
 

@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from gnnflow.bench.ratios import headline, operand, ratio
+from gnnflow.data.meta import read_store_meta
 from gnnflow.errors import ConfigError
 
 MIB = 1 << 20
@@ -155,8 +156,8 @@ def run_size(label: str, nodes: int, degree: float, frac: float, args: argparse.
         rows.append(_stage(label, nodes, int(nodes * degree), "prepare", res))
         if res["rc"]:
             return rows
-    meta = json.loads((graph / "meta.json").read_text())
-    nodes, edges = int(meta["num_nodes"]), int(meta["num_edges"])
+    meta = read_store_meta(graph)
+    nodes, edges = meta.num_nodes, meta.num_edges
     for r in rows:
         r["nodes"], r["edges"] = nodes, edges
     if not (book / "meta.json").exists():

@@ -26,37 +26,35 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def check_dir(path: Path, graph: Path | None = None) -> tuple[str, list[str]]:
     """``(kind, problems)`` for a store or book directory."""
-    import json
-
     from gnnflow.data.check import check_store
-    from gnnflow.data.store import FORMAT as STORE_FORMAT
-    from gnnflow.partition.book import FORMAT as BOOK_FORMAT
-    from gnnflow.partition.book import check_book_matches_graph, scan_book
+    from gnnflow.data.meta import MetaFormatError, read_store_meta
+    from gnnflow.partition.book import book_graph_path, check_book_matches_graph, scan_book
+    from gnnflow.partition.meta import BookMeta, read_book_meta
 
-    meta_file = path / "meta.json"
     if not path.is_dir():
         return "?", [f"{path}: no such directory"]
     try:
-        fmt = json.loads(meta_file.read_text()).get("format")
-    except (OSError, ValueError, AttributeError) as exc:
-        return "?", [f"{meta_file}: cannot read ({type(exc).__name__}: {exc})"]
-    if fmt == STORE_FORMAT:
+        read_store_meta(path)
+    except MetaFormatError as exc:  # a book, or neither
+        if exc.found != BookMeta.FORMAT:
+            return "?", [f"{path / 'meta.json'}: format {exc.found!r} is neither a graph store nor "
+                         "a partition book"]
+    except StoreError as exc:  # missing, not JSON, another version, a bad key
+        return "?", [str(exc)]
+    else:
         return "graph store", check_store(path)
-    if fmt == BOOK_FORMAT:
+    try:
+        meta = read_book_meta(path)
+        problems = scan_book(path)
+    except StoreError as exc:
+        return "partition book", [str(exc)]
+    target = graph or book_graph_path(path, meta)
+    if graph is not None or (target.name and (target / "meta.json").exists()):
         try:
-            problems = scan_book(path)
+            check_book_matches_graph(path, target)
         except StoreError as exc:
-            return "partition book", [str(exc)]
-        from gnnflow.partition.book import book_graph_path
-
-        target = graph or book_graph_path(path, json.loads(meta_file.read_text()))
-        if graph is not None or (target.name and (target / "meta.json").exists()):
-            try:
-                check_book_matches_graph(path, target)
-            except StoreError as exc:
-                problems.append(str(exc))
-        return "partition book", problems
-    return "?", [f"{meta_file}: format {fmt!r} is neither a graph store nor a partition book"]
+            problems.append(str(exc))
+    return "partition book", problems
 
 
 def main(args: argparse.Namespace) -> int:

@@ -55,10 +55,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _from_store(path: Path) -> tuple[HeteroGraph, str, dict[str, Any]]:
     store = open_store(path)
-    keep = {k: store.meta[k] for k in ("random_features", "random_labels", "generator", "ogb")
-            if k in store.meta}
+    keep = {k: store.meta.extra[k] for k in ("random_features", "random_labels", "generator", "ogb")
+            if k in store.meta.extra}
+    source = store.meta.source or "store"
     if "node_type" in store.extra:
-        return heterogenize(store), str(store.meta.get("source", "store")), keep
+        return heterogenize(store), source, keep
     src, dst = csr_to_coo(np.asarray(store.indptr), np.asarray(store.indices))
     hg = HeteroGraph(
         name=store.name, num_nodes={"_N": store.num_nodes}, edges={("_N", "_E", "_N"): (src, dst)},
@@ -67,7 +68,7 @@ def _from_store(path: Path) -> tuple[HeteroGraph, str, dict[str, Any]]:
         splits={s: {"_N": np.asarray(store.split(s))} for s in ("train", "val", "test")},
         num_classes=store.num_classes, target_node_type="_N",
     )
-    return hg, str(store.meta.get("source", "store")), {**keep, "directed": store.meta["directed"]}
+    return hg, source, {**keep, "directed": store.meta.directed}
 
 
 def main(args: argparse.Namespace) -> int:

@@ -86,12 +86,12 @@ def main(args: argparse.Namespace) -> int:
                            write_features=not args.no_features, replication_hops=args.replication_hops,
                            **params)
     if args.json:
-        print(json.dumps(book.meta, indent=2, sort_keys=True))
+        print(json.dumps(book.meta.to_dict(), indent=2, sort_keys=True))
     else:
         q = book.quality
         bal = ", ".join(f"{k} {v:.3f}" for k, v in q["balance"].items())
-        note = book.meta.get("note")
+        note = book.meta.note
         print(f"{book.path}: {book.method}, {book.num_parts} parts, edge cut {q['edge_cut_pct']:.2f}%, "
-              f"balance max/avg: {bal}, partition {book.meta['timings']['partition_s']:.2f}s"
+              f"balance max/avg: {bal}, partition {(book.meta.timings or {})['partition_s']:.2f}s"
               + (f"\nnote: {note}" if note else ""))
     return 0

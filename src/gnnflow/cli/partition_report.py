@@ -52,10 +52,10 @@ def report(partdir: str, graph: str | None = None, constraints: str = "vertices,
     q = quality(store, node_part, book.num_parts, names, stats, replication_hops=replication_hops)
     out: dict[str, Any] = {"partdir": str(book.path), "method": book.method, "num_parts": book.num_parts,
                            "graph": str(store.path), **q}
-    if "tile_nnz" in book.meta:
-        out["tile_nnz_max_over_mean"] = book.meta.get("tile_nnz_max_over_mean")
-    if book.meta.get("note"):
-        out["note"] = book.meta["note"]
+    if "tile_nnz" in book.meta.extra:  # permute-1d records its tiles' non-zeros
+        out["tile_nnz_max_over_mean"] = book.meta.extra.get("tile_nnz_max_over_mean")
+    if book.meta.note:
+        out["note"] = book.meta.note
     if batches > 0:
         out["split"] = sampled_split_metrics(store, node_part, fanouts or [10, 10], batch_size, batches, seed)
     return out

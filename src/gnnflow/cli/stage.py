@@ -24,10 +24,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from gnnflow.partition.book import read_book_meta
+    from gnnflow.partition.meta import read_book_meta
     from gnnflow.partition.stage import parse_parts, stage_book
 
-    parts = parse_parts(args.part, int(read_book_meta(args.book)["num_parts"]))
+    parts = parse_parts(args.part, read_book_meta(args.book).num_parts)
     info = stage_book(args.book, parts, args.out, whole_graph=args.whole_graph, overwrite=args.overwrite,
                       dgl=args.dgl)
     print(f"staged parts {','.join(map(str, parts))} ({info['files']} files, {info['bytes'] / 2**20:.1f} MiB) "

@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from gnnflow.data.meta import StoreMeta
 from gnnflow.data.store import GraphStore
 from gnnflow.errors import GnnflowError, StoreError
 
@@ -122,13 +123,12 @@ class TypeMap:
             raise StoreError("edge_type_offsets must have one entry more than edge_types")
 
     @classmethod
-    def from_meta(cls, meta: dict[str, Any]) -> TypeMap:
-        try:
-            return cls(meta["node_types"], meta["node_type_offsets"], meta["edge_types"],
-                       meta["edge_type_offsets"])
-        except KeyError as exc:
-            raise StoreError(f"meta.json: missing {exc.args[0]!r}; the store was not written "
-                             "by homogenize") from None
+    def from_meta(cls, meta: StoreMeta) -> TypeMap:
+        for key in ("node_types", "node_type_offsets", "edge_types", "edge_type_offsets"):
+            if getattr(meta, key) is None:
+                raise StoreError(f"meta.json: missing {key!r}; the store was not written by homogenize")
+        return cls(meta.node_types or [], meta.node_type_offsets or [], meta.edge_types or [],
+                   meta.edge_type_offsets or [])
 
     @classmethod
     def from_store(cls, store: GraphStore) -> TypeMap:
@@ -202,20 +202,20 @@ class TypeMap:
         return t.astype(np.int32), ids - offsets[t]
 
 
-def to_homogeneous_id(store_or_meta: GraphStore | dict[str, Any], ntype: str | int,
+def to_homogeneous_id(store_or_meta: GraphStore | StoreMeta, ntype: str | int,
                       local_ids: Any) -> np.ndarray:
     """Homogeneous ids of per-type vertex ids (see :class:`TypeMap`)."""
     return _typemap(store_or_meta).to_homogeneous_id(ntype, local_ids)
 
 
-def to_type_id(store_or_meta: GraphStore | dict[str, Any],
+def to_type_id(store_or_meta: GraphStore | StoreMeta,
                homogeneous_ids: Any) -> tuple[np.ndarray, np.ndarray]:
     """``(type index, per-type id)`` of homogeneous vertex ids (see :class:`TypeMap`)."""
     return _typemap(store_or_meta).to_type_id(homogeneous_ids)
 
 
-def _typemap(x: GraphStore | dict[str, Any]) -> TypeMap:
-    return TypeMap.from_meta(x if isinstance(x, dict) else x.meta)
+def _typemap(x: GraphStore | StoreMeta) -> TypeMap:
+    return TypeMap.from_meta(x if isinstance(x, StoreMeta) else x.meta)
 
 
 def validate_hetero(store: GraphStore, full: bool = True) -> TypeMap:

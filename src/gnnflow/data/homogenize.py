@@ -260,7 +260,7 @@ def heterogenize(store: GraphStore, include_reverse: bool = False) -> HeteroGrap
     slot_of_eid = np.empty(m, dtype=np.int64)
     slot_of_eid[np.asarray(store.extra["edge_id"])] = np.arange(m, dtype=np.int64)
     dst_of_slot = np.repeat(np.arange(n, dtype=np.int64), np.diff(store.indptr))
-    reverse = {tuple(e) for e in store.meta.get("reverse_edge_types", [])}
+    reverse = {tuple(e) for e in store.meta.reverse_edge_types or []}
     edges = {}
     for r, (s, rel, d) in enumerate(tm.edge_types):
         if (s, rel, d) in reverse and not include_reverse:
@@ -285,5 +285,5 @@ def heterogenize(store: GraphStore, include_reverse: bool = False) -> HeteroGrap
         name=store.name,
         num_nodes={t: tm.num_nodes_of(t) for t in tm.node_types},
         edges=edges, features=features, labels=labels, splits=splits,
-        num_classes=store.num_classes, target_node_type=store.meta.get("target_node_type"),
+        num_classes=store.num_classes, target_node_type=store.meta.target_node_type,
     )

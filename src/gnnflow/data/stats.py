@@ -38,12 +38,12 @@ def summary(store: GraphStore) -> dict[str, Any]:
         "feature_dim": store.feature_dim,
     }
     if "node_type" in store.extra:
-        types = store.meta.get("node_types", [])
+        types = store.meta.node_types or []
         nt = np.bincount(np.asarray(store.extra["node_type"]), minlength=len(types))
         stats["nodes_per_type"] = {t: int(c) for t, c in zip(types, nt, strict=False)}
     if "edge_type" in store.extra:
-        etypes = ["___".join(t) for t in store.meta.get("edge_types", [])]
+        etypes = ["___".join(t) for t in store.meta.edge_types or []]
         et = np.bincount(np.asarray(store.extra["edge_type"]), minlength=len(etypes))
         stats["edges_per_type"] = {t: int(c) for t, c in zip(etypes, et, strict=False)}
-    meta = {k: v for k, v in store.meta.items() if k != "checksums"}
+    meta = {k: v for k, v in store.meta.to_dict().items() if k != "checksums"}
     return {"path": str(store.path), "meta": meta, "statistics": stats}

@@ -4,6 +4,7 @@ A store is a directory::
 
     meta.json          name, source, counts, directedness, feature dims, classes,
                        node/edge type tables, checksums, provenance
+                       (:class:`gnnflow.data.meta.StoreMeta`, typed and versioned)
     indptr.npy         int64 [N+1]   CSR over destinations
     indices.npy        int64 [M]     indices[indptr[v]:indptr[v+1]] = sources u of edges u -> v
     features.npy       float32 [N, D] (opened memory-mapped)
@@ -30,7 +31,6 @@ Problems raise :class:`StoreError` naming the file.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import shutil
 from dataclasses import dataclass, field
@@ -39,11 +39,10 @@ from typing import Any
 
 import numpy as np
 
+from gnnflow.data.meta import StoreMeta, read_store_meta, store_fingerprint, write_store_meta
 from gnnflow.errors import ConfigError, GnnflowError, StoreError
 from gnnflow.io import atomic_dir, provenance
 
-FORMAT = "gnnflow-graph-store"
-VERSION = 1
 SPLITS = ("train_idx", "val_idx", "test_idx")
 REQUIRED = ("indptr", "indices", "labels", *SPLITS)
 
@@ -53,7 +52,7 @@ class GraphStore:
     """An opened graph store.  Arrays are read-only memory maps unless loaded."""
 
     path: Path
-    meta: dict[str, Any]
+    meta: StoreMeta
     indptr: np.ndarray
     indices: np.ndarray
     labels: np.ndarray
@@ -65,27 +64,27 @@ class GraphStore:
 
     @property
     def num_nodes(self) -> int:
-        return int(self.meta["num_nodes"])
+        return self.meta.num_nodes
 
     @property
     def num_edges(self) -> int:
-        return int(self.meta["num_edges"])
+        return self.meta.num_edges
 
     @property
     def feature_dim(self) -> int:
-        return int(self.meta.get("feature_dim") or 0)
+        return self.meta.feature_dim or 0
 
     @property
     def num_classes(self) -> int:
-        return int(self.meta["num_classes"])
+        return self.meta.num_classes
 
     @property
     def name(self) -> str:
-        return str(self.meta["name"])
+        return self.meta.name
 
     @property
     def is_hetero(self) -> bool:
-        return len(self.meta.get("node_types", [])) > 1
+        return len(self.meta.node_types or []) > 1
 
     def in_degrees(self) -> np.ndarray:
         return np.diff(self.indptr)
@@ -131,26 +130,6 @@ def _load(path: Path, name: str, mmap: bool, what: str = "graph store",
                          f"(re-run `{rerun}`)") from None
 
 
-def read_meta(path: str | os.PathLike[str], fmt: str = FORMAT, kind: str = "graph store",
-              missing_hint: str = "") -> dict[str, Any]:
-    """``meta.json`` of a graph store (or, with ``fmt``/``kind``, of a partition book);
-    nothing else is read."""
-    path = Path(path)
-    meta_file = path / "meta.json"
-    if not path.is_dir():
-        raise StoreError(f"{path}: no such {kind} directory{missing_hint}")
-    if not meta_file.exists():
-        raise StoreError(f"{meta_file}: missing; {path} is not a gnnflow {kind}")
-    try:
-        meta = json.loads(meta_file.read_text())
-    except json.JSONDecodeError as exc:
-        raise StoreError(f"{meta_file}: not valid JSON ({exc})") from None
-    if not isinstance(meta, dict) or meta.get("format") != fmt:
-        found = meta.get("format") if isinstance(meta, dict) else None
-        raise StoreError(f"{meta_file}: format is {found!r}, expected {fmt!r}")
-    return meta
-
-
 def load_split(path: str | os.PathLike[str], name: str) -> np.ndarray:
     """One split's vertex ids (``train_idx``, ``val_idx``, ``test_idx``) read alone: a staged
     copy of a store (``gnnflow stage``) holds its meta.json and these files only."""
@@ -163,7 +142,7 @@ def open_store(path: str | os.PathLike[str], mmap: bool = True, validate: bool =
     """Open a graph store; with ``validate`` run the cheap checks of :func:`validate_store`
     (headers, shapes, sizes, checksums of small files; no scan of the big arrays)."""
     path = Path(path)
-    meta = read_meta(path)
+    meta = read_store_meta(path)
     arrays = {name: _load(path, name, mmap) for name in REQUIRED}
     features = _load(path, "features", mmap=True) if (path / "features.npy").exists() else None
     extra = {
@@ -186,21 +165,6 @@ def _check(cond: bool, file: Path, problem: str) -> None:
 #: files (indices, features, indptr of large graphs) by ``gnnflow check`` only.
 SMALL_FILE = 1 << 20
 
-#: meta.json keys that, with the recorded checksums, identify a store's content.
-FINGERPRINT_KEYS = ("num_nodes", "num_edges", "num_classes", "feature_dim", "directed")
-
-
-def store_fingerprint(meta: dict[str, Any]) -> str | None:
-    """sha256 over the counts and the recorded per-file checksums in ``meta``
-    (None for a store written without checksums).  Reading it costs one meta.json."""
-    sums = meta.get("checksums")
-    if not sums:
-        return None
-    basis = {k: meta.get(k) for k in FINGERPRINT_KEYS}
-    basis["checksums"] = {f: sums[f] for f in sorted(sums)}
-    return hashlib.sha256(json.dumps(basis, sort_keys=True).encode()).hexdigest()
-
-
 def validate_store(s: GraphStore, checksums: bool = True) -> None:
     """The checks every open runs, in time independent of the graph's size except for
     small files: meta keys, dtypes and shapes of every array (file sizes were checked
@@ -210,9 +174,7 @@ def validate_store(s: GraphStore, checksums: bool = True) -> None:
     The scans of the big arrays (id ranges, monotone ``indptr``, labels, finite features,
     every checksum) ran when the store was written; :func:`gnnflow.data.check.check_store` repeats them.
     """
-    p = s.path
-    for key in ("name", "num_nodes", "num_edges", "num_classes"):
-        _check(key in s.meta, p / "meta.json", f"missing key {key!r}")
+    p = s.path  # the meta's keys and their types were checked as it was read
     n, m = s.num_nodes, s.num_edges
     f = p / "indptr.npy"
     _check(s.indptr.dtype == np.int64 and s.indptr.ndim == 1, f, f"must be 1-D int64, got {s.indptr.dtype} {s.indptr.shape}")
@@ -228,8 +190,9 @@ def validate_store(s: GraphStore, checksums: bool = True) -> None:
         f = p / f"{split}.npy"
         _check(arr.ndim == 1 and np.issubdtype(arr.dtype, np.integer), f, "must be a 1-D integer array")
         key = f"num_{split.removesuffix('_idx')}"
-        if key in s.meta:
-            _check(arr.shape[0] == int(s.meta[key]), f, f"has {arr.shape[0]} ids, meta.json says {key} {s.meta[key]}")
+        count = getattr(s.meta, key)
+        if count is not None:
+            _check(arr.shape[0] == count, f, f"has {arr.shape[0]} ids, meta.json says {key} {count}")
     if s.features is not None:
         f = p / "features.npy"
         _check(s.features.dtype == np.float32 and s.features.ndim == 2, f, f"must be 2-D float32, got {s.features.dtype} {s.features.shape}")
@@ -241,11 +204,11 @@ def validate_store(s: GraphStore, checksums: bool = True) -> None:
         _check(s.extra["edge_type"].shape == (m,), p / "edge_type.npy", f"must have {m} entries")
     if not checksums:
         return
-    bad = checksum_problems(p, s.meta.get("checksums", {}), max_size=SMALL_FILE)
+    bad = checksum_problems(p, s.meta.checksums or {}, max_size=SMALL_FILE)
     if bad:
         raise StoreError(bad[0])
-    if "fingerprint" in s.meta:
-        _check(store_fingerprint(s.meta) == s.meta["fingerprint"], p / "meta.json",
+    if s.meta.fingerprint is not None:
+        _check(store_fingerprint(s.meta) == s.meta.fingerprint, p / "meta.json",
                "fingerprint does not match the counts and checksums it records; meta.json was edited")
 
 
@@ -317,11 +280,11 @@ def scan_store(s: GraphStore, *, checksums: bool = True, features: bool = True,
         except GnnflowError as exc:
             problems.append(str(exc))
     if checksums:
-        sums = s.meta.get("checksums", {})
+        sums = s.meta.checksums or {}
         problems += checksum_problems(p, sums, show_progress=show_progress)
         if not sums:
             problems.append(f"{p / 'meta.json'}: records no checksums (store written without them)")
-        elif "fingerprint" in s.meta and store_fingerprint(s.meta) != s.meta["fingerprint"]:
+        elif s.meta.fingerprint is not None and store_fingerprint(s.meta) != s.meta.fingerprint:
             problems.append(f"{p / 'meta.json'}: fingerprint does not match its counts and checksums")
     return problems, facts
 
@@ -534,30 +497,18 @@ def write_store(
                                           names["features"])
         for key, arr in (extra_arrays or {}).items():
             _put(tmp / f"{key}.npy", arr)
-        full_meta: dict[str, Any] = {
-            "format": FORMAT,
-            "version": VERSION,
-            "name": name,
-            "source": source,
-            "num_nodes": n,
-            "num_edges": m,
-            "directed": bool(directed),
-            "feature_dim": feature_dim,
-            "num_classes": int(num_classes),
-            "num_train": int(len(train_idx)),
-            "num_val": int(len(val_idx)),
-            "num_test": int(len(test_idx)),
-            "node_types": ["_N"],
-            "edge_types": [["_N", "_E", "_N"]],
-        }
-        if features is not None:
-            full_meta["feature_normalization"] = normalize_features
-        full_meta.update(meta or {})
-        full_meta["provenance"] = provenance(full_meta.pop("provenance", None))
+        store_meta = StoreMeta(
+            name=name, source=source, num_nodes=n, num_edges=m, directed=bool(directed),
+            feature_dim=feature_dim, num_classes=int(num_classes), num_train=int(len(train_idx)),
+            num_val=int(len(val_idx)), num_test=int(len(test_idx)),
+            node_types=["_N"], edge_types=[["_N", "_E", "_N"]],
+            feature_normalization=normalize_features if features is not None else None,
+        ).with_keys(meta or {})  # the source's own keys, and typed ones it sets (homogenize's)
+        store_meta.provenance = provenance(store_meta.provenance)
         if checksums:
-            full_meta["checksums"] = {f.name: sha256_file(f) for f in sorted(tmp.glob("*.npy"))}
-            full_meta["fingerprint"] = store_fingerprint(full_meta)
-        (tmp / "meta.json").write_text(json.dumps(full_meta, indent=2, sort_keys=True) + "\n")
+            store_meta.checksums = {f.name: sha256_file(f) for f in sorted(tmp.glob("*.npy"))}
+            store_meta.fingerprint = store_fingerprint(store_meta)
+        write_store_meta(tmp, store_meta)
         # Validate before the rename: the full scan, once (features were checked as written).
         problems, facts = scan_store(open_store(tmp, validate=True), checksums=False,
                                      features=False, show_progress=False)
@@ -565,15 +516,15 @@ def write_store(
             raise StoreError(problems[0])
         if features is not None:
             facts["features_finite"] = True
-        full_meta["validated"] = facts
-        (tmp / "meta.json").write_text(json.dumps(full_meta, indent=2, sort_keys=True) + "\n")
+        store_meta.validated = facts
+        write_store_meta(tmp, store_meta)
     return open_store(out, validate=False)
 
 
 def verify_checksums(store: GraphStore) -> list[str]:
     """Return the names of files whose sha256 differs from meta.json."""
     bad = []
-    for fname, digest in store.meta.get("checksums", {}).items():
+    for fname, digest in (store.meta.checksums or {}).items():
         f = store.path / fname
         if not f.exists() or sha256_file(f) != digest:
             bad.append(fname)

@@ -10,7 +10,6 @@ failure leaves nothing behind.
 from __future__ import annotations
 
 import importlib
-import json
 import os
 import time
 from pathlib import Path
@@ -18,18 +17,12 @@ from typing import Any
 
 import numpy as np
 
-from gnnflow.data.store import store_fingerprint
+from gnnflow.data.meta import store_fingerprint
 from gnnflow.errors import ConfigError, StoreError
 from gnnflow.io import atomic_dir, provenance
 from gnnflow.partition.assignment import Assignment
-from gnnflow.partition.book import (
-    FORMAT,
-    VERSION,
-    PartitionBook,
-    book_checksums,
-    scan_book,
-    write_parts,
-)
+from gnnflow.partition.book import PartitionBook, book_checksums, scan_book, write_parts
+from gnnflow.partition.meta import BookMeta, write_book_meta
 
 # method -> "module:function"
 METHODS: dict[str, str] = {
@@ -132,37 +125,30 @@ def partition_graph(store: Any, method: str, num_parts: int, out: str | os.PathL
         constraints = result.constraints or ["vertices", "train", "edges"]
         q = quality(store, node_part, num_parts, constraints, stats, replication_hops=replication_hops)
         t_quality = time.perf_counter() - t2
-        meta = {
-            "format": FORMAT,
-            "version": VERSION,
-            "method": method,
-            "num_parts": num_parts,
-            "params": _jsonable(params),
-            "seed": int(seed),
+        levels = result.meta.pop("levels", None)
+        meta = BookMeta(
+            method=method, num_parts=num_parts, params=_jsonable(params), seed=int(seed),
             # relative to the book: a book moved together with its graph, or staged, still finds it
-            "graph": os.path.relpath(Path(store.path).resolve(), out.resolve()),
-            "graph_name": store.name,
-            "num_nodes": store.num_nodes,
-            "num_edges": store.num_edges,
-            "feature_dim": store.feature_dim if write_features else 0,
-            "num_classes": store.num_classes,
-            "halo_hops": int(halo_hops),
-            "levels": list(result.meta.pop("levels")) if "levels" in result.meta else None,
-            "timings": {"partition_s": t_part, "write_s": t_write, "quality_s": t_quality},
-            "quality": q,
-            **_jsonable(result.meta),
-            "provenance": provenance(),
-            # identifies the store's content: `gnnflow train` refuses a book made from another graph
-            "graph_fingerprint": store.meta.get("fingerprint") or store_fingerprint(store.meta),
-            "checksums": book_checksums(tmp),
-        }
-        (tmp / "meta.json").write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
+            graph=os.path.relpath(Path(store.path).resolve(), out.resolve()),
+            graph_name=store.name, num_nodes=store.num_nodes, num_edges=store.num_edges,
+            feature_dim=store.feature_dim if write_features else 0, num_classes=store.num_classes,
+            halo_hops=int(halo_hops), quality=q,
+            timings={"partition_s": t_part, "write_s": t_write, "quality_s": t_quality},
+        ).with_keys({
+            "levels": None if levels is None else list(levels),  # null, not absent, as books always had
+            **_jsonable(result.meta),  # what the method records of its own
+        })
+        meta.provenance = provenance()
+        # identifies the store's content: `gnnflow train` refuses a book made from another graph
+        meta.graph_fingerprint = store.meta.fingerprint or store_fingerprint(store.meta)
+        meta.checksums = book_checksums(tmp)
+        write_book_meta(tmp, meta)
         # Validated once, here, so that opening it later needs no scan (`gnnflow check` repeats it).
         problems = scan_book(tmp, checksums=False, show_progress=False)
         if problems:
             raise StoreError(f"partition book failed its own check: {problems[0]}")
-        meta["validated"] = True
-        (tmp / "meta.json").write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
+        meta.validated = True
+        write_book_meta(tmp, meta)
     return PartitionBook(out)
 
 

@@ -6,6 +6,7 @@ vertices "solid" and the others "halo")::
 
     PARTDIR/meta.json          method, num_parts, params, seed, graph path, levels,
                                timings, quality metrics, provenance
+                               (:class:`gnnflow.partition.meta.BookMeta`)
     PARTDIR/node_part.npy      int32 [N] vertex -> part id
     PARTDIR/node_machine.npy   int32 [N] vertex -> machine (two-level only)
     PARTDIR/perm.npy           int64 [N] new position -> old vertex id (permute-1d only)
@@ -37,9 +38,8 @@ import numpy as np
 from gnnflow.data.csr import gather_rows  # also imported from here by strategies
 from gnnflow.errors import StoreError
 from gnnflow.io import release_pages  # noqa: F401  (re-exported: partition modules import it from here)
+from gnnflow.partition.meta import BookMeta, read_book_meta
 
-FORMAT = "gnnflow-partition-book"
-VERSION = 1
 PART_ARRAYS = ("inner_ids", "halo_ids", "indptr", "indices", "labels", "train_idx", "val_idx", "test_idx")
 
 
@@ -48,14 +48,6 @@ def _load(path: Path, mmap: bool = False) -> np.ndarray:
 
     return load_checked(path.parent, path.stem, mmap, what="partition book",
                         rerun="gnnflow partition")
-
-
-def read_book_meta(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """``meta.json`` of a partition book (nothing else is read)."""
-    from gnnflow.data.store import read_meta
-
-    return read_meta(path, fmt=FORMAT, kind="partition book",
-                     missing_hint=" (run `gnnflow partition` first)")
 
 
 @dataclass
@@ -150,14 +142,14 @@ class PartitionBook:
 
     def __init__(self, path: str | os.PathLike[str], verify: bool = True) -> None:
         self.path = Path(path)
-        self.meta: dict[str, Any] = read_book_meta(self.path)
+        self.meta: BookMeta = read_book_meta(self.path)
         self.node_part: np.ndarray = _load(self.path / "node_part.npy", mmap=True)
-        if self.node_part.ndim != 1 or self.node_part.shape[0] != int(self.meta["num_nodes"]):
-            raise StoreError(f"{self.path / 'node_part.npy'}: expected {self.meta['num_nodes']} entries")
+        if self.node_part.ndim != 1 or self.node_part.shape[0] != self.meta.num_nodes:
+            raise StoreError(f"{self.path / 'node_part.npy'}: expected {self.meta.num_nodes} entries")
         if verify:  # the top-level files (node_part, ...) when small; parts on load_part
             from gnnflow.data.store import SMALL_FILE, checksum_problems
 
-            sums = {k: v for k, v in self.meta.get("checksums", {}).items() if "/" not in k}
+            sums = {k: v for k, v in (self.meta.checksums or {}).items() if "/" not in k}
             bad = checksum_problems(self.path, sums, max_size=SMALL_FILE, rerun="gnnflow partition")
             if bad:
                 raise StoreError(bad[0])
@@ -168,15 +160,15 @@ class PartitionBook:
 
     @property
     def num_parts(self) -> int:
-        return int(self.meta["num_parts"])
+        return self.meta.num_parts
 
     @property
     def num_nodes(self) -> int:
-        return int(self.meta["num_nodes"])
+        return self.meta.num_nodes
 
     @property
     def method(self) -> str:
-        return str(self.meta["method"])
+        return self.meta.method
 
     @property
     def graph_path(self) -> Path:
@@ -187,12 +179,11 @@ class PartitionBook:
     @property
     def staged_parts(self) -> list[int] | None:
         """The parts this copy holds when it was made by ``gnnflow stage`` (None: all)."""
-        staged = self.meta.get("staged_parts")
-        return None if staged is None else [int(k) for k in staged]
+        return self.meta.staged_parts
 
     @property
     def levels(self) -> list[int] | None:
-        return self.meta.get("levels")
+        return self.meta.levels
 
     @property
     def node_machine(self) -> np.ndarray | None:
@@ -207,7 +198,7 @@ class PartitionBook:
 
     @property
     def quality(self) -> dict[str, Any]:
-        return self.meta.get("quality", {})
+        return self.meta.quality or {}
 
     def part_dir(self, i: int) -> Path:
         if not 0 <= i < self.num_parts:
@@ -216,7 +207,7 @@ class PartitionBook:
         if staged is not None and i not in staged:
             raise StoreError(f"{self.path}: part {i} is not staged here (this copy holds parts "
                              f"{','.join(map(str, staged))}); stage it with `gnnflow stage "
-                             f"{self.meta.get('staged_from', 'BOOK')} --part {i} --to DIR`")
+                             f"{self.meta.staged_from or 'BOOK'} --part {i} --to DIR`")
         return self.path / f"part{i}"
 
     def load_part(self, i: int, mmap_features: bool = True, verify: bool = True) -> Part:
@@ -231,7 +222,7 @@ class PartitionBook:
         if verify:
             from gnnflow.data.store import SMALL_FILE, checksum_problems
 
-            bad = checksum_problems(self.path, self.meta.get("checksums", {}), max_size=SMALL_FILE,
+            bad = checksum_problems(self.path, self.meta.checksums or {}, max_size=SMALL_FILE,
                                     prefix=f"part{i}/", rerun="gnnflow partition")
             if bad:
                 raise StoreError(bad[0])
@@ -249,10 +240,10 @@ class PartitionBook:
         return f"PartitionBook({str(self.path)!r}, method={self.method!r}, num_parts={self.num_parts})"
 
 
-def book_graph_path(book_dir: str | os.PathLike[str], meta: dict[str, Any]) -> Path:
-    """``meta["graph"]`` of the book at ``book_dir`` as a path: relative ones are relative to the
+def book_graph_path(book_dir: str | os.PathLike[str], meta: BookMeta) -> Path:
+    """``meta.graph`` of the book at ``book_dir`` as a path: relative ones are relative to the
     book's directory (books written since issue 20), absolute ones as they are."""
-    graph = Path(str(meta.get("graph", "")))
+    graph = Path(meta.graph or "")
     return graph if graph.is_absolute() else Path(os.path.normpath(Path(book_dir) / graph))
 
 
@@ -366,7 +357,7 @@ def scan_book(path: str | os.PathLike[str], *, checksums: bool = True,
     p, n, num_parts = book.path, book.num_nodes, book.num_parts
     problems: list[str] = []
     if checksums:
-        sums = book.meta.get("checksums")
+        sums = book.meta.checksums
         if sums:
             problems += checksum_problems(p, sums, rerun="gnnflow partition",
                                           show_progress=show_progress)
@@ -426,14 +417,14 @@ def check_book_matches_graph(book_path: str | os.PathLike[str],
     store's (both read from meta.json only: cheap).  A book or store written before
     fingerprints existed is compared by vertex and edge counts, with a warning.
     """
-    from gnnflow.data.store import read_meta, store_fingerprint
+    from gnnflow.data.meta import read_store_meta, store_fingerprint
     from gnnflow.io import log
 
     book_meta = read_book_meta(book_path)
-    graph_meta = read_meta(graph_path)
-    src = book_graph_path(book_path, book_meta) if book_meta.get("graph") else "?"
-    want = book_meta.get("graph_fingerprint")
-    have = graph_meta.get("fingerprint") or store_fingerprint(graph_meta)
+    graph_meta = read_store_meta(graph_path)
+    src = book_graph_path(book_path, book_meta) if book_meta.graph else "?"
+    want = book_meta.graph_fingerprint
+    have = graph_meta.fingerprint or store_fingerprint(graph_meta)
     rerun = f"re-run `gnnflow partition {graph_path} ...` for this graph"
     if want and have:
         if want != have:
@@ -447,6 +438,7 @@ def check_book_matches_graph(book_path: str | os.PathLike[str],
                 "written by an older gnnflow); comparing vertex and edge counts only",
                 book_path, graph_path, "the book" if not want else "the graph store")
     for key in ("num_nodes", "num_edges"):
-        if key in book_meta and int(book_meta[key]) != int(graph_meta.get(key, -1)):
-            raise StoreError(f"{book_path} was partitioned from {src} ({key} {book_meta[key]}), "
-                             f"not {graph_path} ({key} {graph_meta.get(key)}); {rerun}")
+        counted, have_count = getattr(book_meta, key), getattr(graph_meta, key)
+        if counted is not None and counted != have_count:
+            raise StoreError(f"{book_path} was partitioned from {src} ({key} {counted}), "
+                             f"not {graph_path} ({key} {have_count}); {rerun}")

@@ -23,7 +23,7 @@ def known_constraints(store: Any) -> list[str]:
     """Names valid for ``store``: the base ones plus ``ntype:<name>`` per node type."""
     names = list(BASE_CONSTRAINTS)
     if "node_type" in store.extra:
-        names += [f"ntype:{t}" for t in store.meta.get("node_types", [])]
+        names += [f"ntype:{t}" for t in store.meta.node_types or []]
     return names
 
 
@@ -57,7 +57,7 @@ def constraint_weights(store: Any, names: list[str], dtype: Any = np.int64) -> n
             indptr = store.indptr
             np.subtract(indptr[1:], indptr[:-1], out=col, casting="unsafe")  # in-degree < 2^31 per vertex
         elif name.startswith("ntype:") and "node_type" in store.extra:
-            types = list(store.meta.get("node_types", []))
+            types = list(store.meta.node_types or [])
             tname = name.split(":", 1)[1]
             if tname not in types:
                 raise ConfigError(f"constraint {name!r}: node type {tname!r} not in the graph's node types {types}")

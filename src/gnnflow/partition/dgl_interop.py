@@ -101,8 +101,8 @@ def dgl_writer_for(book: Any) -> tuple[str, str]:
     """``("shards", why)`` when the part-by-part writer covers ``book``, else ``("dgl", why)``."""
     if book.levels:
         return "dgl", "a two-level book (trainer ids inside machine parts)"
-    if int(book.meta.get("halo_hops", 1)) != 1:
-        return "dgl", f"halo_hops {book.meta.get('halo_hops')} (the shard writer makes one-hop halos)"
+    if (book.meta.halo_hops or 1) != 1:
+        return "dgl", f"halo_hops {book.meta.halo_hops} (the shard writer makes one-hop halos)"
     if book.num_parts < 2:
         return "dgl", "one part (DGL writes it unshuffled)"
     if book.staged_parts is not None:
@@ -162,7 +162,7 @@ def _write_with_dgl(book: Any, store: Any, tmp: Path, graph_name: str, quiet: bo
     with _assignment(node_part), contextlib.redirect_stdout(sink):
         orig_nids, _orig_eids = partition_graph(
             g, graph_name, book.num_parts // trainers, str(tmp),
-            num_hops=int(book.meta.get("halo_hops", 1)), part_method="metis",
+            num_hops=book.meta.halo_hops or 1, part_method="metis",
             return_mapping=True, num_trainers_per_machine=trainers)
     if not quiet:
         print(sink.getvalue(), end="")

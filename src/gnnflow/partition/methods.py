@@ -92,7 +92,7 @@ def node_partition(store: Any, num_parts: int, seed: int = 0, *, presample: Any 
 def presample_partition(store: Any, num_parts: int, seed: int = 0, *, presample: Any = None,
                         weights: str = "layer-edges", imbalance: float = 1.03, coarsen: str = "auto") -> Assignment:
     """GSplit §4: weighted min cut with presampled vertex AND edge weights."""
-    if store.meta.get("directed", False):
+    if store.meta.directed:
         raise ConfigError(f"{store.path}: presample partitioning needs an undirected store")
     p = _load_presample(store, presample)
     vw, names = presample_vertex_weights(p, weights)

@@ -83,7 +83,7 @@ def load_libmetis() -> tuple[ctypes.CDLL, type]:
 
 def metis_graph(store: Any) -> tuple[np.ndarray, np.ndarray]:
     """Symmetric CSR without self-loops (int64) for METIS; symmetrizes a directed store."""
-    if not store.meta.get("directed", False):
+    if not store.meta.directed:
         return store.indptr, store.indices  # memory maps: pages are released after conversion
     indptr, indices = np.asarray(store.indptr), np.asarray(store.indices)
     from gnnflow.data.csr import csr_from_keys, edge_keys
@@ -208,7 +208,7 @@ def metis_partition(store: Any, num_parts: int, seed: int = 0, *,
     from gnnflow.partition.constraints import constraint_weights, parse_constraints
 
     names = parse_constraints(constraints)
-    if edge_weights is not None and store.meta.get("directed", False):
+    if edge_weights is not None and store.meta.directed:
         raise ConfigError("edge weights on a directed store are not supported; homogenize/symmetrize it first")
     if imbalance < 1.0:
         raise ConfigError(f"--imbalance must be >= 1.0, got {imbalance}")

@@ -116,7 +116,7 @@ def parmetis_partition(store: Any, num_parts: int, seed: int = 0, *, num_ranks: 
             raise ConfigError(f"unknown balance constraint {c!r}; choose among {', '.join(known_constraints(store))}")
     if int(num_ranks) < 1:
         raise ConfigError(f"--np must be >= 1, got {num_ranks}")
-    if store.meta.get("directed", False):
+    if store.meta.directed:
         raise ConfigError(f"{store.path}: parmetis needs an undirected (symmetric) store; each rank reads only "
                           "its rows, so it cannot symmetrize a directed graph")
     exe = check_mpi(launcher)

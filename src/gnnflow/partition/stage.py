@@ -29,7 +29,7 @@ leaves nothing behind.
 
 from __future__ import annotations
 
-import json
+import dataclasses
 import os
 import shutil
 from pathlib import Path
@@ -39,6 +39,7 @@ from gnnflow.data.store import SPLITS
 from gnnflow.errors import ConfigError
 from gnnflow.io import atomic_dir
 from gnnflow.partition.book import PartitionBook
+from gnnflow.partition.meta import write_book_meta
 
 #: top-level book files a rank may read besides its part (per vertex; copied when present)
 BOOK_TOP_FILES = ("node_part.npy", "node_machine.npy", "perm.npy")
@@ -95,12 +96,10 @@ def stage_book(book_path: str | os.PathLike[str], parts: list[int], out: str | o
         for k in parts:
             shutil.copytree(book.part_dir(k), tmp / "book" / f"part{k}")
             copied += sorted((tmp / "book" / f"part{k}").rglob("*.npy"))
-        meta = dict(book.meta)
-        meta["graph"] = os.path.join("..", "graph")
-        meta["staged_parts"] = parts
-        meta["staged_from"] = str(book.path.resolve())
-        meta["staged_whole_graph"] = bool(whole_graph)
-        (tmp / "book" / "meta.json").write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
+        staged = dataclasses.replace(book.meta, graph=os.path.join("..", "graph"), staged_parts=list(parts),
+                                     staged_from=str(book.path.resolve()),
+                                     staged_whole_graph=bool(whole_graph))
+        write_book_meta(tmp / "book", staged)
         for loops in DGL_LAYOUTS[dgl] if dgl else ():
             copied += _stage_dgl_layout(book, graph, parts, tmp / "book", loops)
         if whole_graph:

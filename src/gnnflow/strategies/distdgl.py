@@ -422,7 +422,7 @@ class DistDGLBaseline(Strategy):
     def _num_classes(self) -> int:
         from gnnflow.partition.book import PartitionBook
 
-        return int(PartitionBook.open(self.cfg.partition).meta["num_classes"])
+        return int(PartitionBook.open(self.cfg.partition).meta.num_classes)
 
     def _check_equal_batches(self) -> None:
         n = torch.tensor([-(-len(self.split_nids["train"]) // self.trainer_batch)])

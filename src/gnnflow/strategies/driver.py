@@ -44,7 +44,7 @@ import torch
 import torch.distributed as dist
 
 from gnnflow.config import TrainConfig
-from gnnflow.errors import ConfigError
+from gnnflow.errors import ConfigError, StoreError
 from gnnflow.io import proc_memory, provenance, save_tensors, write_json
 from gnnflow.results.schema import EpochRecord, Recorder, write_records
 from gnnflow.results.selection import best_of_records, best_row, better
@@ -70,10 +70,11 @@ def run_id_for(cfg: TrainConfig) -> str:
 
 
 def dataset_name(graph: str) -> str:
-    meta = Path(graph) / "meta.json"
+    from gnnflow.data.meta import read_store_meta
+
     try:
-        return str(json.loads(meta.read_text())["name"])
-    except (OSError, ValueError, KeyError):
+        return read_store_meta(graph).name
+    except StoreError:
         return Path(graph).name
 
 

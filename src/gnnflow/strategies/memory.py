@@ -75,12 +75,14 @@ is an epoch's steady state: an epoch of a few iterations peaks lower.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from gnnflow.partition.meta import BookMeta
 
 MIB = 1 << 20
 BASE = 290 * MIB  # one rank: interpreter, torch, numpy, gnnflow, gloo (measured on a tiny graph)
@@ -129,16 +131,19 @@ class GraphSizes:
 
     @classmethod
     def read(cls, graph: str | os.PathLike[str], book: str | os.PathLike[str] | None = None) -> GraphSizes:
-        meta = _meta(Path(graph))
-        sizes = cls(num_nodes=int(meta["num_nodes"]), num_edges=int(meta["num_edges"]),
-                    feature_dim=int(meta.get("feature_dim") or 0), num_classes=int(meta.get("num_classes") or 2))
+        from gnnflow.data.meta import read_store_meta
+        from gnnflow.partition.meta import read_book_meta
+
+        meta = read_store_meta(graph)
+        sizes = cls(num_nodes=meta.num_nodes, num_edges=meta.num_edges,
+                    feature_dim=meta.feature_dim or 0, num_classes=meta.num_classes or 2)
         sizes.store_idx_bytes = _store_idx_bytes(Path(graph), sizes.num_edges)
-        sizes.num_train = int(meta.get("num_train") or 0.1 * sizes.num_nodes)
+        sizes.num_train = int(meta.num_train or 0.1 * sizes.num_nodes)
         if book is not None:
-            bmeta = _meta(Path(book))
-            sizes.idx_bytes = int(bmeta.get("idx_bits", 64)) // 8
+            bmeta = read_book_meta(book)
+            sizes.idx_bytes = (bmeta.idx_bits or 64) // 8
             sizes.parts = _book_parts(bmeta, sizes.num_nodes, sizes.num_edges)
-            sizes.cut_fraction = float((bmeta.get("quality") or {}).get("edge_cut_pct", 0.0)) / 100.0
+            sizes.cut_fraction = float((bmeta.quality or {}).get("edge_cut_pct", 0.0)) / 100.0
         return sizes
 
     def even_parts(self, p: int) -> list[PartSizes]:
@@ -146,10 +151,6 @@ class GraphSizes:
         n, m = self.num_nodes / p, self.num_edges / p
         halo = min(self.num_nodes - n, m * (p - 1) / p)  # a part's in-edges from other parts, at most
         return [PartSizes(int(n), int(halo), int(m)) for _ in range(p)]
-
-
-def _meta(directory: Path) -> dict[str, Any]:
-    return json.loads((directory / "meta.json").read_text())
 
 
 def _store_idx_bytes(graph: Path, num_edges: int) -> int:
@@ -161,9 +162,9 @@ def _store_idx_bytes(graph: Path, num_edges: int) -> int:
     return 4 if num_edges and size < 6 * num_edges else 8
 
 
-def _book_parts(bmeta: dict[str, Any], n: int, m: int) -> list[PartSizes]:
-    p = int(bmeta.get("num_parts", 1))
-    q = bmeta.get("quality", {}) or {}
+def _book_parts(bmeta: BookMeta, n: int, m: int) -> list[PartSizes]:
+    p = bmeta.num_parts
+    q = bmeta.quality or {}
     inner = q.get("part_sizes") or [n // p] * p
     edges = q.get("edges_per_part") or [m // p] * p
     halo = q.get("halo_per_part") or [min(n - int(i), int(e)) for i, e in zip(inner, edges, strict=True)]
@@ -450,12 +451,12 @@ def check_memory(cfg: Any, cls: Any, force: bool = False) -> MemoryEstimate | No
     after the interpreter starts."""
     import logging
 
-    from gnnflow.errors import ResourceError
+    from gnnflow.errors import ResourceError, StoreError
 
     log = logging.getLogger("gnnflow.train")
     try:
         est = estimate_run(cfg, cls)
-    except FileNotFoundError:  # a missing store or book: the input checks name it
+    except (FileNotFoundError, StoreError):  # a missing or malformed store or book: the input checks name it
         return None
     except (OSError, ValueError, KeyError, TypeError) as exc:  # no sizes to go on: say so, go on
         log.warning("memory estimate: not available (%s: %s)", type(exc).__name__, exc)

@@ -15,30 +15,16 @@ not fit (``--force`` runs it anyway, with a warning).
 
 from __future__ import annotations
 
-import json
 import logging
 import os
-from pathlib import Path
-from typing import Any
 
 from gnnflow.config import TrainConfig
-from gnnflow.errors import ConfigError, StoreError
+from gnnflow.data.meta import read_store_meta
+from gnnflow.errors import ConfigError
 from gnnflow.strategies.base import Strategy
 from gnnflow.strategies.memory import check_memory
 
 log = logging.getLogger("gnnflow.train")
-
-
-def _read_meta(directory: Path, what: str, make: str) -> dict[str, Any]:
-    meta = directory / "meta.json"
-    if not directory.is_dir():
-        raise StoreError(f"{directory}: no such {what} directory ({make})")
-    try:
-        return json.loads(meta.read_text())
-    except FileNotFoundError:
-        raise StoreError(f"{meta}: missing; {directory} is not a gnnflow {what}") from None
-    except (OSError, ValueError) as exc:
-        raise StoreError(f"{meta}: cannot read ({exc})") from None
 
 
 def check_run(cfg: TrainConfig, cls: type[Strategy], memory: bool = True) -> TrainConfig:
@@ -55,14 +41,14 @@ def check_run(cfg: TrainConfig, cls: type[Strategy], memory: bool = True) -> Tra
     if not cls.distributed and cfg.workers > 1:
         raise ConfigError(f"strategy {cfg.strategy!r} runs in one process; use --workers 1")
     cls.check_config(cfg)
-    _read_meta(Path(cfg.graph), "graph store", "run `gnnflow prepare` first")
+    read_store_meta(cfg.graph)  # there, and a graph store of this gnnflow's format
     want = cls.book_parts(cfg)
     if cfg.partition and want is not None:
         from gnnflow.partition.book import check_book_matches_graph
+        from gnnflow.partition.meta import read_book_meta
 
-        meta = _read_meta(Path(cfg.partition), "partition book", "run `gnnflow partition` first")
+        have = read_book_meta(cfg.partition).num_parts
         check_book_matches_graph(cfg.partition, cfg.graph)
-        have = int(meta.get("num_parts", -1))
         if have != want:
             raise ConfigError(f"{cfg.partition}: {have} parts, but --strategy {cfg.strategy} with "
                               f"--workers {cfg.workers} needs {want}; partition into {want} parts "

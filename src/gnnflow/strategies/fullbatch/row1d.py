@@ -36,6 +36,7 @@ import torch.nn.functional as F
 
 from gnnflow.comm.collectives import all_reduce, world
 from gnnflow.config import TrainConfig
+from gnnflow.data.meta import StoreMeta, read_store_meta
 from gnnflow.errors import ConfigError
 from gnnflow.options import StrategyOptions, option
 from gnnflow.results.schema import Recorder
@@ -258,7 +259,7 @@ class FullBatch(FullBatchBase):
         self._agg0_valid = False
 
     # ----- data ------------------------------------------------------------------------------
-    def _load_rows(self) -> tuple[RankRows, RowPartition, int, dict[str, Any]]:
+    def _load_rows(self) -> tuple[RankRows, RowPartition, int, StoreMeta | None]:
         from gnnflow.data.store import open_store
 
         p, rank = self.ctx.world_size, self.ctx.rank
@@ -271,17 +272,19 @@ class FullBatch(FullBatchBase):
                                   f"re-run `gnnflow partition --method permute-1d --parts {p}`")
             rp = RowPartition.from_node_part(np.asarray(book.node_part), p)
             rows = rows_from_part(book.load_part(rank))
-            return rows, rp, book.num_nodes, _store_meta(book.graph_path)
+            graph = book.graph_path  # a staged copy may hold the book without its graph's meta
+            meta = read_store_meta(graph) if (graph / "meta.json").exists() else None
+            return rows, rp, book.num_nodes, meta
         store = open_store(self.cfg.graph)
         rp = RowPartition.from_node_part(row_blocks(store, p, self.cfg.seed, self.permute), p)
         rows = rows_from_store(store, rp.rows_of(rank))
-        return rows, rp, store.num_nodes, dict(store.meta)
+        return rows, rp, store.num_nodes, store.meta
 
     def prepare(self) -> None:
         from gnnflow.nn import build_model_from_config
 
         rows, rp, num_nodes, meta = self._load_rows()
-        directed = bool(meta.get("directed", True))
+        directed = meta.directed if meta is not None else True
         rank, p = self.ctx.rank, self.ctx.world_size
         dev = self.ctx.device
         out_deg = global_out_degrees(rows.sources, num_nodes) if self.norm == "both" else np.zeros(0)
@@ -302,7 +305,8 @@ class FullBatch(FullBatchBase):
         self.features = read_only_tensor(rows.features).to(dev)
         self.set_local_data(read_only_tensor(rows.labels), *(read_only_tensor(rows.split_rows[k])
                                                              for k in ("train", "val", "test")))
-        num_classes = int(meta.get("num_classes") or _global_max(int(rows.labels.max(initial=-1)) + 1))
+        num_classes = (meta.num_classes if meta is not None else 0) or \
+            _global_max(int(rows.labels.max(initial=-1)) + 1)
         seed_everything(self.cfg.seed)
         self.model = build_model_from_config(self.cfg, rows.features.shape[1], num_classes,
                                              model=gcn_model_name("gcn", self.norm)).to(dev)
@@ -493,10 +497,3 @@ def _global_max(v: int) -> int:
         all_reduce(t, HOST, op=dist.ReduceOp.MAX)
     return int(t.item())
 
-
-def _store_meta(path: Any) -> dict[str, Any]:
-    import json
-    from pathlib import Path
-
-    f = Path(path) / "meta.json"
-    return json.loads(f.read_text()) if f.exists() else {}

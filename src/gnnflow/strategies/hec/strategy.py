@@ -211,7 +211,7 @@ class HistoricalEmbeddingCache(MiniBatchStrategy):
         super().prepare()
         part = self.part
         rank, _ = world()
-        num_nodes = int(self.meta.get("num_nodes", part.num_local))
+        num_nodes = self.meta.num_nodes
         self.local_to_global = torch.from_numpy(np.asarray(part.local_to_global, dtype=np.int64))
         self.features = part.features
         halo = torch.from_numpy(np.asarray(part.halo_ids, dtype=np.int64))

@@ -108,6 +108,7 @@ from gnnflow.strategies.minibatch.sampler import (
 )
 
 if TYPE_CHECKING:
+    from gnnflow.data.meta import StoreMeta
     from gnnflow.strategies.minibatch.sampler_process import SamplerProcess
 
 SPLITS = ("train", "val", "test")
@@ -118,7 +119,7 @@ def already_done(mb: MiniBatch) -> MiniBatch:
     return mb
 
 
-def whole_graph_part(graph_path: str) -> tuple[Any, np.ndarray, dict[str, Any]]:
+def whole_graph_part(graph_path: str) -> tuple[Any, np.ndarray, StoreMeta]:
     """One part holding the whole graph (single rank without a partition book)."""
     from gnnflow.data.store import open_store
     from gnnflow.partition.book import Part
@@ -129,8 +130,7 @@ def whole_graph_part(graph_path: str) -> tuple[Any, np.ndarray, dict[str, Any]]:
                 indptr=np.asarray(store.indptr), indices=np.asarray(store.indices), features=store.features,
                 labels=np.asarray(store.labels), train_idx=np.asarray(store.train_idx),
                 val_idx=np.asarray(store.val_idx), test_idx=np.asarray(store.test_idx))
-    meta = {"num_classes": store.num_classes, "feature_dim": store.feature_dim, "graph": str(store.path)}
-    return part, np.zeros(n, dtype=np.int32), meta
+    return part, np.zeros(n, dtype=np.int32), store.meta
 
 
 class MiniBatchStrategy(Strategy):
@@ -238,7 +238,7 @@ class MiniBatchStrategy(Strategy):
             raise ConfigError(f"strategy {cfg.strategy}: --workers {size} needs --partition (a partition book)")
         if cfg.adds_self_loops:  # the model's graph is A + I (cfg.self_loops), as in every strategy
             self.part = self.part.with_self_loops()
-        self.num_classes = int(self.meta["num_classes"])
+        self.num_classes = int(self.meta.num_classes)
         self.in_dim = int(self.part.features.shape[1]) if self.part.features is not None else 0
         self.target_ids, self.target_labels = self.local_targets()
         if self.own_targets() and self.target_ids.size and \
