@@ -140,6 +140,9 @@ class TrainConfig:
                                       f"(0: none, -1: all), got {f}")
             elif f == 0 or f < -1:
                 raise ConfigError(f"fanouts: each must be a positive count or -1 (full), got {self.fanouts}")
+        if self.self_loops and self.relational:
+            raise ConfigError("self_loops: a relational run (rgcn/rgat, per-relation fanouts) samples edges by "
+                              "relation and an added self-loop has none; RGCN has its own self-loop weight")
         if isinstance(self.options, dict):
             for key, new in (("degrees", "gcn_degrees setting (graph or block; --gcn-degrees)"),
                              ("self_loops", "self_loops setting (--self-loops / --no-self-loops), applied "
@@ -180,8 +183,11 @@ class TrainConfig:
 
     @property
     def adds_self_loops(self) -> bool:
-        """Whether the model's graph is A + I (the ``self_loops`` setting, or the model's standard)."""
-        return self.model in SELF_LOOP_MODELS if self.self_loops is None else bool(self.self_loops)
+        """Whether the model's graph is A + I (the ``self_loops`` setting, or the model's standard;
+        never in a relational run, whose every edge has a relation: RGCN has its own self-loop weight)."""
+        if self.self_loops is None:
+            return self.model in SELF_LOOP_MODELS and not self.relational
+        return bool(self.self_loops)
 
     @property
     def relational(self) -> bool:
