@@ -8,7 +8,7 @@ import torch
 from datagen import typed_sample
 
 from gnnflow.nn import RGCNConv
-from gnnflow.nn.ops import relation_block
+from gnnflow.nn.ops import relation_block, segment_matmul
 from gnnflow.sampling import Block
 
 
@@ -75,6 +75,25 @@ def test_relation_rows_need_edges_grouped_by_relation(sample):
     bad = Block(dst_ids=block.dst_ids, src_ids=block.src_ids, indptr=block.indptr, indices=block.indices[shuffled],
                 etypes=block.etypes[shuffled])
     with pytest.raises(ValueError, match="grouped by edge type"):
-        relation_block(bad, len(rel_types))
+        relation_block(bad, len(rel_types))  # R-GAT's per-(destination, relation) softmax rows
     with pytest.raises(ValueError, match="edge types must be in"):
         relation_block(block, 2)
+    # RGCN's relation-major rows sort the edges themselves: any edge order gives the same output
+    layer = RGCNConv(6, 5, len(rel_types), num_bases=2)
+    x = torch.randn(block.num_src, 6)
+    assert torch.allclose(layer(bad, x), layer(block, x), atol=1e-5)
+
+
+def test_segment_matmul_and_its_gradients():
+    x = torch.randn(11, 4, requires_grad=True)
+    w = torch.randn(3, 4, 5, requires_grad=True)
+    bounds = [0, 6, 6, 11]  # relation 1 has no rows
+    out = segment_matmul(x, bounds, w)
+    want = torch.cat([x[:6] @ w[0], x[6:] @ w[2]])
+    assert torch.allclose(out, want)
+    g = torch.randn_like(out)
+    got = torch.autograd.grad(out, (x, w), g)
+    ref = torch.autograd.grad(want, (x, w), g)
+    assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(got, ref, strict=True))
+    with pytest.raises(ValueError, match="bounds"):
+        segment_matmul(x, [0, 6, 10], w[:2])

@@ -9,8 +9,9 @@ forward+backward timed on the same input:
   are ordered by relation over the whole block so that DGL takes its faster
   ``presorted`` path (``segment_mm``) instead of a per-edge ``gather_mm``.
 * RGCN, PyG: ``RGCNConv`` (a masked propagation per relation) and
-  ``FastRGCNConv`` (a transform per edge), ``aggr="mean"``, on ``((x_src, x_dst),
-  edge_index, edge_type)``; the faster is reported.
+  ``FastRGCNConv`` (a transform per edge, which gathers an ``[in, out]`` weight per
+  edge: left out where that exceeds :data:`FAST_RGCN_BYTES`), ``aggr="mean"``, on
+  ``((x_src, x_dst), edge_index, edge_type)``; the faster is reported.
 * R-GAT, DGL: ``HeteroGraphConv({relation: GATConv}, aggregate="sum")`` on the block
   as a typed DGL block (each vertex type numbered on its own, its destinations
   first), the MLPerf R-GAT layer.
@@ -36,6 +37,17 @@ from gnnflow.sampling.block import Block
 
 #: our relational layer kinds, and the forms each peer runs them in
 PYG_FORMS = {"rgcn": ("RGCNConv", "FastRGCNConv"), "rgat": ("HeteroConv",)}
+#: FastRGCNConv gathers a weight matrix per edge (``[E, in, out]``, kept for backward): left out
+#: where that would take more than this many bytes
+FAST_RGCN_BYTES = 1 << 30
+
+
+def pyg_forms(kind: str, num_edges: int, in_dim: int, out_dim: int) -> tuple[list[str], list[str]]:
+    """``(forms run, forms left out)`` of PyG's layer of ``kind`` on a block of ``num_edges`` edges."""
+    forms = list(PYG_FORMS[kind])
+    if kind == "rgcn" and 4 * num_edges * in_dim * out_dim > FAST_RGCN_BYTES:
+        return [f for f in forms if f != "FastRGCNConv"], ["FastRGCNConv"]
+    return forms, []
 
 
 @dataclass
@@ -200,3 +212,66 @@ def pyg_from_ours(kind: str, ours: torch.nn.Module, form: str, rel_types: list[t
             gat.bias.copy_(ours.bias[r])
             convs[(f"n{s}", f"r{r}", f"n{d}")] = gat
         return _Typed(HeteroConv(convs, aggr="sum"), pyg=True, heads=ours.heads)
+
+
+def layer(kind: str, in_dim: int, out_dim: int, heads: int, num_bases: int,
+          rel_types: list[tuple[int, int]]) -> torch.nn.Module:
+    """Our layer of ``kind`` for ``gnnflow bench layers`` (R-GAT: ``out_dim`` split among the heads;
+    its biases random, so that each relation's reaching its destination type is checked too)."""
+    from gnnflow.nn import RGATConv, RGCNConv
+
+    if kind == "rgcn":
+        return RGCNConv(in_dim, out_dim, len(rel_types), num_bases=num_bases)
+    if kind != "rgat":
+        raise ValueError(f"not a relational layer: {kind!r}")
+    ours = RGATConv(in_dim, max(1, out_dim // heads), len(rel_types), heads, [d for _, d in rel_types])
+    with torch.no_grad():
+        assert ours.bias is not None
+        ours.bias.normal_()
+    return ours
+
+
+def bench_block(num_papers: int, fanouts: str, batch_size: int, seed: int) -> tuple[Block, list[tuple[int, int]], str]:
+    """The benchmark's typed block: the input layer of ``batch_size`` papers sampled with ``fanouts``
+    (``15,10,5``: per relation) from a synthetic-hetero graph of ``num_papers`` papers, generated
+    and homogenized in memory.  Returns ``(block, rel_types, description)``."""
+    import numpy as np
+
+    from gnnflow.config import parse_fanouts
+    from gnnflow.data.hetero_synthetic import generate_synthetic_hetero
+    from gnnflow.data.homogenize import homogenize
+    from gnnflow.sampling import TypedNeighborSampler
+
+    hg = generate_synthetic_hetero(num_papers=num_papers, num_authors=num_papers * 3 // 2,
+                                   num_institutions=max(20, num_papers // 20), num_fields=max(20, num_papers // 10),
+                                   num_classes=8, seed=seed)
+    d = homogenize(hg)
+    meta = d["meta"]
+    names, offsets = meta["node_types"], meta["node_type_offsets"]
+    rel_types = [(names.index(s), names.index(t)) for s, _, t in meta["edge_types"]]
+    fan = parse_fanouts(fanouts)
+    if any(isinstance(f, dict) for f in fan):
+        raise ValueError("bench layers: --fanouts are counts per layer (applied to every relation)")
+    sampler = TypedNeighborSampler(d["indptr"], d["indices"], d["extra_arrays"]["edge_type"], fan, seed=seed,
+                                   node_type_offsets=offsets)
+    paper = names.index("paper")
+    rng = np.random.default_rng(seed + 1)
+    targets = offsets[paper] + rng.choice(offsets[paper + 1] - offsets[paper], min(batch_size, num_papers),
+                                          replace=False)
+    block = sampler.sample_blocks(torch.from_numpy(targets))[0]
+    desc = (f"synthetic-hetero papers={num_papers} ({offsets[-1]} vertices, {d['indices'].shape[0]} edges, "
+            f"{len(rel_types)} relations), fanouts {fanouts} per relation")
+    return block, rel_types, desc
+
+
+def to_device(graph: Any, device: torch.device) -> Any:
+    """A PyG graph of :func:`pyg_graph` on ``device``."""
+    if device.type == "cpu":
+        return graph
+    if isinstance(graph[0], TypedBlock):
+        typed, edges = graph
+        moved = TypedBlock(typed.num_dst_all, {t: p.to(device) for t, p in typed.src_pos.items()}, typed.num_dst,
+                           typed.edges, typed.rel_types)
+        return moved, {k: v.to(device) for k, v in edges.items()}
+    edge_index, edge_type, num_dst = graph
+    return edge_index.to(device), edge_type.to(device), num_dst

@@ -263,9 +263,71 @@ def relation_sources(block: Block, num_rels: int) -> tuple[torch.Tensor, list[in
     return out
 
 
+class _SegmentMM(torch.autograd.Function):
+    """``out[b_r:b_{r+1}] = x[b_r:b_{r+1}] @ w[r]``; each GEMM writes its own rows of one output (and
+    backward its own rows of one input gradient), so no segment is sliced out of a zero-filled copy."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, weight: torch.Tensor, bounds: list[int]) -> torch.Tensor:
+        ctx.bounds = bounds
+        ctx.save_for_backward(x, weight)
+        out = x.new_empty(x.shape[0], weight.shape[2])
+        for r, (lo, hi) in enumerate(zip(bounds[:-1], bounds[1:], strict=True)):
+            if hi > lo:
+                torch.mm(x[lo:hi], weight[r], out=out[lo:hi])
+        return out
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor | None, None]:
+        x, weight = ctx.saved_tensors
+        grad = grad.contiguous()
+        grad_x = x.new_empty(x.shape) if ctx.needs_input_grad[0] else None
+        grad_w = torch.zeros_like(weight) if ctx.needs_input_grad[1] else None
+        for r, (lo, hi) in enumerate(zip(ctx.bounds[:-1], ctx.bounds[1:], strict=True)):
+            if hi == lo:
+                continue
+            if grad_x is not None:
+                torch.mm(grad[lo:hi], weight[r].t(), out=grad_x[lo:hi])
+            if grad_w is not None:
+                torch.mm(x[lo:hi].t(), grad[lo:hi], out=grad_w[r])
+        return grad_x, grad_w, None
+
+
 def segment_matmul(x: torch.Tensor, bounds: list[int], weight: torch.Tensor) -> torch.Tensor:
     """``out[bounds[r]:bounds[r + 1]] = x[bounds[r]:bounds[r + 1]] @ weight[r]`` for ``x`` ``[N, I]``
-    and ``weight`` ``[R, I, O]``: one GEMM per non-empty segment (DGL's ``segment_mm``)."""
-    parts = [x[lo:hi] @ weight[r] for r, (lo, hi) in enumerate(zip(bounds[:-1], bounds[1:], strict=True))
-             if hi > lo]
-    return torch.cat(parts) if parts else x.new_zeros(0, weight.shape[2])
+    and ``weight`` ``[R, I, O]`` (``bounds[0] = 0``, ``bounds[-1] = N``): one GEMM per non-empty
+    segment (DGL's ``segment_mm``)."""
+    if bounds[0] != 0 or bounds[-1] != x.shape[0] or len(bounds) != weight.shape[0] + 1:
+        raise ValueError(f"segment_matmul: bounds {bounds} must run from 0 to {x.shape[0]} over "
+                         f"{weight.shape[0]} segments")
+    return _SegmentMM.apply(x.contiguous(), weight.contiguous(), bounds)
+
+
+def relation_major(block: Block, num_rels: int) -> tuple[Block, list[int], torch.Tensor]:
+    """The block's non-empty (destination, relation) rows in relation-major order, cached on the block.
+
+    Returns ``(rows, bounds, row_dst)``: row ``q`` of the block ``rows`` holds the in-edges of
+    relation ``r`` of destination ``row_dst[q]`` for ``bounds[r] <= q < bounds[r + 1]``.  A
+    mean over ``rows`` gives each relation's mean of each destination with such edges, and
+    the rows of one relation are one segment for :func:`segment_matmul`: a per-relation
+    transform costs a GEMM row per (destination, relation) pair that has edges, not per
+    destination and relation.  The edges need no particular order.
+    """
+    key = ("relation_major", num_rels)
+    out = block.cache.get(key)
+    if out is None:
+        etypes = _check_relations(block, num_rels)
+        dst = block.edge_dst()
+        keys = dst if etypes is None else etypes * block.num_dst + dst
+        order = torch.sort(keys, stable=True).indices if etypes is not None else None
+        counts = torch.bincount(keys, minlength=num_rels * block.num_dst)
+        row_keys = torch.nonzero(counts).squeeze(1)
+        indptr = torch.zeros(row_keys.shape[0] + 1, dtype=torch.int64, device=block.device)
+        torch.cumsum(counts[row_keys], 0, out=indptr[1:])
+        bounds = torch.searchsorted(row_keys, torch.arange(num_rels + 1, device=block.device) * block.num_dst)
+        rows = Block(dst_ids=row_keys, src_ids=block.src_ids, indptr=indptr,
+                     indices=block.indices if order is None else block.indices[order])
+        out = (rows, bounds.tolist(), row_keys % max(block.num_dst, 1))
+        block.cache[key] = out
+    assert isinstance(out, tuple)
+    return out

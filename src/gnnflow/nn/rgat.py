@@ -31,8 +31,8 @@ class RGATConv(nn.Module):
     ``[R, heads*out]``.
 
     Only the (source, relation) pairs that an edge uses are transformed
-    (:func:`~gnnflow.nn.ops.relation_sources`: one GEMM per relation over its pairs, the
-    attention term ``h_j . (W_r^T a_{l,r})`` riding along as extra columns); the
+    (:func:`~gnnflow.nn.ops.relation_sources`: one GEMM per relation over its pairs, and a
+    thin one for the attention term ``h_j . (W_r^T a_{l,r})``); the
     destination terms of all relations are one thin GEMM; the softmax runs over the
     block's (destination, relation) rows (:func:`~gnnflow.nn.ops.relation_block`) and
     one SpMM over the pairs sums the messages of all relations and heads.
@@ -89,11 +89,10 @@ class RGATConv(nn.Module):
         h_src = self.feat_drop(h_src)
         pair_src, bounds, pair_block = relation_sources(block, num_rels)
         rows = relation_block(block, num_rels)
-        # per pair (j, r): W_r h_j and a_l . W_r h_j, one GEMM per relation
-        proj = segment_matmul(h_src.index_select(0, pair_src), bounds,
-                              torch.cat([self.weight, self._folded(self.attn_l)], 2))
-        feat = proj[:, : heads * out_dim].reshape(-1, heads, out_dim)
-        el = proj[:, heads * out_dim :]
+        # per pair (j, r): W_r h_j and a_l . W_r h_j = h_j . (W_r^T a_l), a GEMM per relation each
+        h_pairs = h_src.index_select(0, pair_src)
+        feat = segment_matmul(h_pairs, bounds, self.weight).view(-1, heads, out_dim)
+        el = segment_matmul(h_pairs, bounds, self._folded(self.attn_l))
         # per (i, r): a_r . W_r h_i, all relations in one thin GEMM; row i*R + r
         er = (h_src[: block.num_dst] @ self._folded(self.attn_r).transpose(0, 1).reshape(self.in_dim, -1))
         logits = F.leaky_relu(el.index_select(0, pair_block.indices)

@@ -7,7 +7,7 @@ import math
 import torch
 from torch import nn
 
-from gnnflow.nn.ops import relation_block, spmm_mean
+from gnnflow.nn.ops import relation_major, segment_matmul, spmm_mean
 from gnnflow.sampling.block import Block
 
 
@@ -26,11 +26,12 @@ class RGCNConv(nn.Module):
     ``[R, B]`` (``linear_r.coeff``, ``comp``), ``loop_weight`` ``[in, out]`` (``root``),
     ``bias`` ``[out]`` (``h_bias``).
 
-    ``\sum_r M_r W_r = [M_0 | ... | M_{R-1}] [W_0; ...; W_{R-1}]``: the per-relation means
-    ``M_r`` are one SpMM over the block's (destination, relation) rows
-    (:func:`~gnnflow.nn.ops.relation_block`), and all relations' transforms one GEMM
-    ``[num_dst, R in] @ [R in, out]``; nothing loops over relations, and no message is
-    transformed per edge (DGL's ``gather_mm`` costs ``E in out``, this ``num_dst R in out``).
+    The per-relation means are one SpMM over the block's non-empty (destination, relation)
+    rows in relation-major order (:func:`~gnnflow.nn.ops.relation_major`), each relation's
+    transform one GEMM over its rows (:func:`~gnnflow.nn.ops.segment_matmul`), and one
+    scatter adds them to their destinations: a mean is transformed once per (destination,
+    relation) pair with edges, never per edge (DGL's ``gather_mm`` costs ``E in out``, its
+    sorted ``segment_mm`` too) nor per relation without edges.
     """
 
     def __init__(self, in_dim: int, out_dim: int, num_rels: int, num_bases: int = 0, bias: bool = True,
@@ -64,11 +65,12 @@ class RGCNConv(nn.Module):
         return (self.coeff @ self.weight.view(self.num_bases, -1)).view(self.num_rels, self.in_dim, self.out_dim)
 
     def forward(self, block: Block, h_src: torch.Tensor) -> torch.Tensor:
-        num_dst = block.num_dst
-        means = spmm_mean(relation_block(block, self.num_rels), h_src)  # row i*R + r: mean over N_r(i)
-        out = means.view(num_dst, self.num_rels * self.in_dim) @ self.relation_weights().reshape(-1, self.out_dim)
+        rows, bounds, row_dst = relation_major(block, self.num_rels)
+        means = spmm_mean(rows, h_src)  # one row per (i, r) with N_r(i) non-empty, relation-major
+        messages = segment_matmul(means, bounds, self.relation_weights())  # W_r mean_{N_r(i)} h_j
+        h_dst = h_src[: block.num_dst]
         if self.loop_weight is not None:
-            out = torch.addmm(out, h_src[:num_dst], self.loop_weight)
-        if self.bias is not None:
-            out = out + self.bias
-        return out
+            out = h_dst @ self.loop_weight if self.bias is None else torch.addmm(self.bias, h_dst, self.loop_weight)
+        else:
+            out = h_src.new_zeros(block.num_dst, self.out_dim) + (0 if self.bias is None else self.bias)
+        return out.index_add(0, row_dst, messages)
