@@ -181,3 +181,12 @@ def test_fanout_settings_parse_and_print():
             parse_fanouts(bad)
     with pytest.raises(ConfigError, match="counts >= -1"):
         TrainConfig(graph="g", fanouts=[{"cites": -2}], num_layers=1)
+
+
+def test_blocks_carry_types_when_moved(typed):
+    indptr, indices, etypes, meta = typed
+    sampler = TypedNeighborSampler(indptr, indices, etypes, [2], node_type_offsets=meta["node_type_offsets"])
+    block = sampler.sample_blocks(torch.arange(450, 460))[0]
+    moved = block.to("meta")
+    assert moved.etypes is not None and moved.etypes.device.type == "meta"
+    assert moved.src_types is not None and moved.src_types.shape == block.src_types.shape

@@ -99,3 +99,19 @@ def test_relational_settings_refused_in_one_line(hetero, tiny_store, tmp_path, c
         assert cli_main(["train", *args, "--epochs", "1", "--out", str(tmp_path / "run")]) != 0
         err = capsys.readouterr().err.strip()
         assert words in err and "\n" not in err, err
+
+
+def test_relational_resume_equals_uninterrupted(hetero, tmp_path, one_thread):
+    """Stopped after epoch 0 and resumed, an R-GAT run with dropout (and the featureless types'
+    embeddings) ends as an uninterrupted one: typed draws are keyed by batch like untyped ones."""
+    from test_train_resume import assert_same_run
+
+    def cfg(out, **kw):
+        return TrainConfig.from_dict({"graph": str(hetero.path), "model": "rgat", "epochs": 2, "fanouts": FANOUTS,
+                                      "batch_size": 256, "hidden": 8, "heads": 2, "dropout": 0.3, "seed": 3,
+                                      "out": str(out), **kw})
+
+    run_training(cfg(tmp_path / "whole"))
+    run_training(cfg(tmp_path / "parted", options={"stop_after_epoch": 0}))
+    run_training(cfg(tmp_path / "parted", resume=True))
+    assert_same_run(tmp_path / "whole", tmp_path / "parted")
