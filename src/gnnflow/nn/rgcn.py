@@ -68,9 +68,10 @@ class RGCNConv(nn.Module):
         rows, bounds, row_dst = relation_major(block, self.num_rels)
         means = spmm_mean(rows, h_src)  # one row per (i, r) with N_r(i) non-empty, relation-major
         messages = segment_matmul(means, bounds, self.relation_weights())  # W_r mean_{N_r(i)} h_j
-        h_dst = h_src[: block.num_dst]
         if self.loop_weight is not None:
-            out = h_dst @ self.loop_weight if self.bias is None else torch.addmm(self.bias, h_dst, self.loop_weight)
+            out = h_src[: block.num_dst] @ self.loop_weight  # W_0 h_i
         else:
-            out = h_src.new_zeros(block.num_dst, self.out_dim) + (0 if self.bias is None else self.bias)
+            out = h_src.new_zeros(block.num_dst, self.out_dim)
+        if self.bias is not None:
+            out = out + self.bias
         return out.index_add(0, row_dst, messages)
