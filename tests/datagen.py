@@ -165,3 +165,25 @@ def hetero_equal(a: HeteroGraph, b: HeteroGraph) -> list[str]:
             if t not in sa or t not in sb or not np.array_equal(np.sort(sa[t]), np.sort(sb[t])):
                 diffs.append(f"{split} split of {t} differs")
     return diffs
+
+
+def typed_sample(num_papers: int = 300, fanouts: tuple = (4, 3), targets: int = 70, seed: int = 1):
+    """A homogenized synthetic-hetero graph (in memory) and typed blocks sampled from it for
+    ``targets`` papers: ``(blocks, rel_types, homogenize's output)``; ``rel_types[r]`` is
+    ``(source type, destination type)`` of relation ``r``."""
+    import torch
+
+    from gnnflow.data.hetero_synthetic import generate_synthetic_hetero
+    from gnnflow.data.homogenize import homogenize
+    from gnnflow.sampling import TypedNeighborSampler
+
+    d = homogenize(generate_synthetic_hetero(num_papers=num_papers, num_authors=num_papers * 4 // 3,
+                                             num_institutions=20, num_fields=30, num_classes=4))
+    meta = d["meta"]
+    names = meta["node_types"]
+    rel_types = [(names.index(s), names.index(t)) for s, _, t in meta["edge_types"]]
+    offsets = meta["node_type_offsets"]
+    sampler = TypedNeighborSampler(d["indptr"], d["indices"], d["extra_arrays"]["edge_type"], list(fanouts),
+                                   seed=seed, node_type_offsets=offsets)
+    papers = torch.arange(offsets[names.index("paper")], offsets[names.index("paper")] + targets)
+    return sampler.sample_blocks(papers), rel_types, d

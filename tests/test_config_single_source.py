@@ -66,7 +66,7 @@ def _other_value(f: dataclasses.Field) -> tuple[list[str], object]:
         return [flag, "3"], 3
     if base == "float":
         return [flag, "0.125"], 0.125
-    if base == "list[int]":
+    if base.startswith("list["):
         return [flag, "4,3"], [4, 3]
     return [flag, "somewhere"], "somewhere"
 

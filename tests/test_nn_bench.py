@@ -12,7 +12,8 @@ pytest.importorskip("torch_geometric")
 from gnnflow.cli import main as cli_main  # noqa: E402
 
 ARGS = ["--nodes", "3000", "--batch-size", "64", "--in-dim", "16", "--out-dim", "8", "--heads", "2",
-        "--repeats", "1", "--threads", "1"]
+        "--repeats", "1", "--threads", "1", "--hetero-papers", "600"]
+HOMOGENEOUS = {"sage", "gcn-both", "gcn-right", "gat"}
 
 
 def test_bench_layers_json(capsys):
@@ -20,15 +21,18 @@ def test_bench_layers_json(capsys):
 
     assert cli_main(["bench", "layers", "--json", *ARGS]) == 0
     out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    assert set(out["layers"]) == {"sage", "gcn-both", "gcn-right", "gat"}
+    assert set(out["layers"]) == HOMOGENEOUS | {"rgcn", "rgat"}
     assert check_ratios(out) == []
     names = {r["name"] for r in out["ratios"]}
     assert names == {f"{k}: ours / {p}" for k in out["layers"] for p in ("DGL", "PyG")}
     assert out["ratio"] == max(r["value"] for r in out["ratios"])
-    for v in out["layers"].values():
-        assert set(v["max_abs_diff"]) == {"dgl", "pyg_edge_index", "pyg_adj_t"}
+    forms = {"rgcn": ("RGCNConv", "FastRGCNConv"), "rgat": ("HeteroConv",)}
+    for kind, v in out["layers"].items():
+        pyg = ("edge_index", "adj_t") if kind in HOMOGENEOUS else forms[kind]
+        assert set(v["max_abs_diff"]) == {"dgl", *(f"pyg_{f}" for f in pyg)}
         assert max(v["max_abs_diff"].values()) <= 1e-5
-        assert v["pyg_ratio"] == pytest.approx(v["ours_ms"] / min(v["pyg_edge_index_ms"], v["pyg_adj_t_ms"]))
+        assert v["pyg_ratio"] == pytest.approx(v["ours_ms"] / min(v[f"pyg_{f}_ms"] for f in pyg))
+    assert out["typed_block"]["num_rels"] == 8 and out["typed_block"]["num_edges"] > 1000
 
 
 @pytest.mark.parametrize("kind", ["sage", "gcn-both", "gcn-right", "gat"])

@@ -37,7 +37,11 @@ STRATEGIES: dict[str, str] = {
     "hec": "gnnflow.strategies.hec.strategy:HistoricalEmbeddingCache",
     "dgcl": "gnnflow.strategies.fullbatch.dgcl:PlannedHalo",
 }
-MODELS = ("sage", "gcn", "gat", "mlp")  # mlp: the no-graph baseline (nn.DstLinear)
+MODELS = ("sage", "gcn", "gat", "mlp", "rgcn", "rgat")  # mlp: the no-graph baseline (nn.DstLinear)
+#: models that read edge types and per-type features (a homogenized heterogeneous store)
+RELATIONAL_MODELS = ("rgcn", "rgat")
+#: models with attention heads (GAT's concatenated hidden heads, averaged output heads)
+HEADED_MODELS = ("gat", "rgat")
 ACTIVATIONS = ("relu", "elu")  # hidden activations (gnnflow.nn.model)
 AGGREGATORS = ("mean", "gcn")  # GraphSAGE aggregators (gnnflow.nn.sage)
 #: models whose standard recipe adds self-loops (Kipf & Welling's A + I; GAT attends to itself)
@@ -75,13 +79,19 @@ class TrainConfig:
     model: str = setting("sage", "model", choices=MODELS)
     hidden: int = setting(64, "hidden features", minimum=1, label="h")
     num_layers: int = setting(2, "number of layers", minimum=1, flag="--layers", label="L")
-    fanouts: list[int] = setting([10, 10], "fanout per layer, input layer first (-1 = all neighbours); "
-                                 "a flag takes them comma-separated, e.g. 15,10,5", label="f")
+    fanouts: list[int | dict[str, int]] = setting(
+        [10, 10], "fanout per layer, input layer first (-1 = all neighbours); a flag takes them "
+        "comma-separated, e.g. 15,10,5.  On a heterogeneous store a layer may give a count per relation "
+        "(relation name or src___rel___dst; '*' for the others; 0 none, -1 all), layers separated by ';', "
+        "e.g. 'cites:10,writes:5,*:3;cites:5,*:2'; a plain count there applies to every relation",
+        label="f")
     batch_size: int = setting(512, "targets per GLOBAL mini-batch, all ranks together, for every strategy "
                               "(each data-parallel rank takes about batch/P of them)", minimum=1, label="b")
     lr: float = setting(0.003, "Adam learning rate", minimum=0.0, label="lr")
     weight_decay: float = setting(0.0, "Adam weight decay", minimum=0.0, label="wd")
     dropout: float = setting(0.2, "dropout between layers", minimum=0.0, below=1.0, label="do")
+    num_bases: int = setting(0, "RGCN: basis matrices the relations' weights combine (Schlichtkrull et al.'s "
+                             "basis decomposition); 0: a full weight per relation", minimum=0, label="B")
     heads: int = setting(2, "GAT attention heads of every hidden layer (concatenated)", minimum=1, label="H")
     out_heads: int = setting(1, "GAT attention heads of the output layer (averaged)", minimum=1)
     input_dropout: float = setting(0.0, "dropout on the input features before the first layer",
@@ -123,8 +133,16 @@ class TrainConfig:
             raise ConfigError(
                 f"fanouts: {len(self.fanouts)} values for num_layers={self.num_layers}; give one per layer"
             )
-        if any(f == 0 or f < -1 for f in self.fanouts):
-            raise ConfigError(f"fanouts: each must be a positive count or -1 (full), got {self.fanouts}")
+        for f in self.fanouts:
+            if isinstance(f, dict):
+                if not f or any(k < -1 for k in f.values()):
+                    raise ConfigError(f"fanouts: a per-relation fanout maps relation names to counts >= -1 "
+                                      f"(0: none, -1: all), got {f}")
+            elif f == 0 or f < -1:
+                raise ConfigError(f"fanouts: each must be a positive count or -1 (full), got {self.fanouts}")
+        if self.self_loops and self.relational:
+            raise ConfigError("self_loops: a relational run (rgcn/rgat, per-relation fanouts) samples edges by "
+                              "relation and an added self-loop has none; RGCN has its own self-loop weight")
         if isinstance(self.options, dict):
             for key, new in (("degrees", "gcn_degrees setting (graph or block; --gcn-degrees)"),
                              ("self_loops", "self_loops setting (--self-loops / --no-self-loops), applied "
@@ -134,7 +152,7 @@ class TrainConfig:
 
     def to_dict(self) -> dict[str, Any]:
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-        out["fanouts"] = list(self.fanouts)
+        out["fanouts"] = [dict(f) if isinstance(f, dict) else f for f in self.fanouts]
         opts = self.options
         out["options"] = opts.to_dict() if isinstance(opts, StrategyOptions) else dict(opts)
         return out
@@ -142,7 +160,7 @@ class TrainConfig:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> TrainConfig:
         """A config from settings as a file or a command line gives them: unknown keys fail;
-        fanouts may be a string ``15,10,5``; ``num_layers`` without fanouts takes 10 per layer,
+        fanouts may be a string ``15,10,5`` or ``cites:10,*:5;*:5``; ``num_layers`` without fanouts takes 10 per layer,
         fanouts without ``num_layers`` set the layers."""
         names = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(data) - names)
@@ -165,8 +183,17 @@ class TrainConfig:
 
     @property
     def adds_self_loops(self) -> bool:
-        """Whether the model's graph is A + I (the ``self_loops`` setting, or the model's standard)."""
-        return self.model in SELF_LOOP_MODELS if self.self_loops is None else bool(self.self_loops)
+        """Whether the model's graph is A + I (the ``self_loops`` setting, or the model's standard;
+        never in a relational run, whose every edge has a relation: RGCN has its own self-loop weight)."""
+        if self.self_loops is None:
+            return self.model in SELF_LOOP_MODELS and not self.relational
+        return bool(self.self_loops)
+
+    @property
+    def relational(self) -> bool:
+        """Whether the run samples per relation and/or trains a relational model (it needs the
+        edge types of a homogenized heterogeneous store)."""
+        return self.model in RELATIONAL_MODELS or any(isinstance(f, dict) for f in self.fanouts)
 
     @property
     def graph_degrees(self) -> bool:
@@ -207,9 +234,10 @@ def _checked(f: dataclasses.Field[Any], value: Any) -> Any:
         ok, want = isinstance(value, bool), "true or false"
     elif base == "str":
         ok, want = isinstance(value, str), "a string"
-    elif base == "list[int]":
-        ok = isinstance(value, list) and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
-        want = "a list of integers"
+    elif base == "list[int|dict[str,int]]":
+        ok = isinstance(value, list) and all(_is_int(v) or (isinstance(v, dict) and all(
+            isinstance(k, str | int) and _is_int(n) for k, n in v.items())) for v in value)
+        want = "a list of integers or {relation: count} mappings"
     else:  # options
         ok, want = isinstance(value, dict | StrategyOptions), "a mapping"
     if not ok:
@@ -226,15 +254,52 @@ def _checked(f: dataclasses.Field[Any], value: Any) -> Any:
     return value
 
 
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
 # ------------------------------------------------------------------------------------------ parsing
-def parse_fanouts(text: str | Sequence[int]) -> list[int]:
-    """``"15,10,5"`` (or a list) -> ``[15, 10, 5]``."""
-    if isinstance(text, list | tuple):
-        return [int(x) if not isinstance(x, bool) else x for x in text]  # bools fail the type check
+def parse_fanouts(text: str | Sequence[int | dict[str, int]]) -> list[int | dict[str, int]]:
+    """``"15,10,5"`` (or a list) -> ``[15, 10, 5]``; per-relation layers separated by ``;``:
+    ``"cites:10,*:5;5"`` -> ``[{"cites": 10, "*": 5}, 5]``."""
+    if isinstance(text, list | tuple):  # bools and other types fail the type check
+        return [x if isinstance(x, bool | dict) else int(x) for x in text]
+    text = str(text)
     try:
-        return [int(x) for x in str(text).split(",") if x.strip()]
+        if ":" not in text and ";" not in text:
+            return [int(x) for x in text.split(",") if x.strip()]
+        out: list[int | dict[str, int]] = []
+        for layer in text.split(";"):
+            if ":" not in layer:
+                out.append(int(layer))
+                continue
+            counts: dict[str, int] = {}
+            for item in layer.split(","):
+                name, sep, count = item.strip().rpartition(":")
+                if not sep or not name.strip():
+                    raise ValueError(item)
+                counts[name.strip()] = int(count)
+            out.append(counts)
+        return out
     except ValueError:
-        raise ConfigError(f"fanouts: expected comma-separated integers like 15,10,5, got {text!r}") from None
+        raise ConfigError(f"fanouts: expected comma-separated integers like 15,10,5, or per-relation layers "
+                          f"separated by ';' like 'cites:10,*:5;*:5', got {text!r}") from None
+
+
+def format_fanouts(fanouts: Sequence[int | dict[str, int]]) -> str:
+    """The command-line form of ``fanouts`` (the inverse of :func:`parse_fanouts`)."""
+    if not any(isinstance(f, dict) for f in fanouts):
+        return ",".join(str(f) for f in fanouts)
+    return ";".join(",".join(f"{k}:{n}" for k, n in f.items()) if isinstance(f, dict) else str(f)
+                    for f in fanouts)
+
+
+def fanout_total(layer: int | dict[str, int]) -> int:
+    """The most neighbours one layer's fanout draws per vertex (-1: all): a per-relation fanout's
+    counts added (at most what a vertex draws; the memory estimate's bound)."""
+    if not isinstance(layer, dict):
+        return int(layer)
+    return -1 if any(k < 0 for k in layer.values()) else sum(layer.values())
 
 
 def parse_option(text: str) -> tuple[str, Any]:
@@ -349,8 +414,9 @@ def _field_schema(f: dataclasses.Field[Any]) -> dict[str, Any]:
     one: dict[str, Any]
     if base == "dict":
         return {"type": "object", "description": meta["help"]}
-    if base == "list[int]":
-        one = {"type": "array", "minItems": 1, "items": {"type": "integer"}}
+    if base == "list[int|dict[str,int]]":
+        per_relation = {"type": "object", "minProperties": 1, "additionalProperties": {"type": "integer"}}
+        one = {"type": "array", "minItems": 1, "items": {"anyOf": [{"type": "integer"}, per_relation]}}
         return {"description": meta["help"], "anyOf": [one, {"type": "array", "minItems": 1, "items": one}]}
     if meta.get("choices"):
         one = {"enum": list(meta["choices"])}

@@ -178,6 +178,13 @@ def _as_list(value: Any) -> list[Any]:
     return value if isinstance(value, list) else [value]
 
 
+def _name_part(value: Any) -> str:
+    """A list entry in a run's name: a per-relation fanout reads ``cites10+writes5+rest3``."""
+    if isinstance(value, dict):
+        return "+".join(f"{'rest' if k == '*' else k}{n}" for k, n in value.items())
+    return str(value)
+
+
 def _labels() -> dict[str, str]:
     """Each training setting's short name in a swept run's name."""
     return {f.name: f.metadata.get("label") or f.name for f in settings()}
@@ -220,7 +227,7 @@ def expand_runs(config: dict[str, Any]) -> list[RunSpec]:
             for k in sorted(varying - {"strategy", "dataset", "partition", "model", "workers"}):
                 if k in values:
                     v = values[k]
-                    parts.append(labels.get(k, k) + ("x".join(map(str, v)) if isinstance(v, list) else str(v)))
+                    parts.append(labels.get(k, k) + ("x".join(map(_name_part, v)) if isinstance(v, list) else str(v)))
                 elif k in options:
                     parts.append(f"{k}{options[k]}")
             name = "-".join(parts)

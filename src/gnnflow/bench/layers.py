@@ -16,6 +16,13 @@ between repeats (DGL its sparse formats, we the transposed CSR, PyG its
 ``edge_index`` / ``adj_t`` and GCN edge weights), as within one training
 iteration.  The headline ratio is the largest over layers and peers.
 
+The relational layers (RGCN, R-GAT; :mod:`gnnflow.bench.rel_peers` for the peers'
+forms) run on a typed block instead: the input layer of a batch of
+``--batch-size`` papers sampled per relation (the fanouts apply to each
+relation) from a synthetic-hetero graph generated in-process
+(``--hetero-papers``, by default 437k edges of 8 relations, the block about 330k
+edges).
+
 ``--device cuda`` runs ours and PyG on the GPU (synchronised timing); DGL
 1.1.3's wheel has no CUDA kernels, so its rows are left out there.
 """
@@ -35,7 +42,9 @@ from gnnflow.bench.ratios import headline, operand, ratio
 from gnnflow.bench.sampler import add_graph_arguments, bench_graph, parse_fanouts, set_threads
 from gnnflow.errors import GnnflowError
 
-LAYERS = ("sage", "gcn-both", "gcn-right", "gat")
+LAYERS = ("sage", "gcn-both", "gcn-right", "gat", "rgcn", "rgat")
+#: the relational layers: they run on a typed block (a synthetic-hetero graph, typed sampling)
+RELATIONAL = ("rgcn", "rgat")
 #: equal outputs: max abs difference <= this x max(1, largest |output|)
 TOLERANCE = 1e-4
 
@@ -49,6 +58,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--heads", type=int, default=4, help="GAT heads (out-dim is split among them)")
     parser.add_argument("--repeats", type=int, default=7, help="timed repeats per layer (median)")
     parser.add_argument("--layers", default=",".join(LAYERS), help=f"subset of {','.join(LAYERS)}")
+    parser.add_argument("--hetero-papers", type=int, default=20_000,
+                        help="rgcn/rgat: papers of the generated synthetic-hetero graph (20000: 53k vertices, "
+                             "437k edges of 8 relations); the fanouts apply per relation")
+    parser.add_argument("--num-bases", type=int, default=0, help="rgcn: basis matrices (0: a weight per relation)")
     add_peer_arguments(parser)
 
 
@@ -102,31 +115,70 @@ def check_equal(name: str, got: torch.Tensor, ref: torch.Tensor) -> float:
     return diff
 
 
-def run(args: argparse.Namespace) -> dict[str, Any]:
-    import dgl
-
-    from gnnflow.bench import pyg_peer
+def _homogeneous(args: argparse.Namespace) -> tuple[Any, str]:
+    """The benchmark block of the homogeneous layers: the input layer of a sampled batch."""
     from gnnflow.sampling import NeighborSampler
 
+    indptr, indices, desc = bench_graph(args)
+    sampler = NeighborSampler(indptr, indices, parse_fanouts(args.fanouts), seed=args.seed)
+    targets = np.random.default_rng(args.seed + 1).choice(indptr.shape[0] - 1, args.batch_size, replace=False)
+    return sampler.sample_blocks(torch.from_numpy(targets))[0], desc
+
+
+def _systems(kind: str, block: Any, rel_types: list[tuple[int, int]] | None, args: argparse.Namespace,
+             device: torch.device, use_dgl: bool, use_pyg: bool) -> dict[str, tuple[torch.nn.Module, Any]]:
+    """``{"ours", "dgl", "pyg_<form>": (module, graph)}`` for one layer kind, all holding our weights."""
+    from gnnflow.bench import pyg_peer, rel_peers
+
+    if rel_types is None:
+        ours, theirs = layer_pair(kind, args.in_dim, args.out_dim, args.heads)
+    else:
+        ours, theirs = rel_peers.layer(kind, args.in_dim, args.out_dim, args.heads, args.num_bases, rel_types), None
+    systems: dict[str, tuple[torch.nn.Module, Any]] = {"ours": (ours.to(device), block.to(device))}
+    if use_dgl:
+        if rel_types is None:
+            import dgl
+
+            graph = dgl.create_block((block.indices, block.edge_dst()), num_src_nodes=block.num_src,
+                                     num_dst_nodes=block.num_dst)
+            systems["dgl"] = (theirs, graph)
+        else:
+            systems["dgl"] = (rel_peers.dgl_from_ours(kind, ours, rel_types),
+                              rel_peers.dgl_graph(kind, block, len(rel_types), rel_types))
+    if use_pyg:
+        if rel_types is None:
+            pg = pyg_peer.graph_for(kind, block.indptr, block.indices, block.num_src).to(device)
+            for form in pyg_peer.FORMS:
+                systems[f"pyg_{form}"] = (pyg_peer.from_ours(kind, ours, form).to(device), pg)
+        else:
+            pg = rel_peers.to_device(rel_peers.pyg_graph(kind, block, len(rel_types), rel_types), device)
+            for form in rel_peers.pyg_forms(kind, block.num_edges, args.in_dim, args.out_dim)[0]:
+                systems[f"pyg_{form}"] = (rel_peers.pyg_from_ours(kind, ours, form, rel_types).to(device), pg)
+    return systems
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    from gnnflow.bench import pyg_peer, rel_peers
+
     kinds = [k.strip() for k in args.layers.split(",") if k.strip()]
+    unknown = sorted(set(kinds) - set(LAYERS))
+    if unknown:
+        raise GnnflowError(f"--layers: unknown {', '.join(unknown)}; choose from {', '.join(LAYERS)}")
     device = bench_device(args.device)
     use_dgl, use_pyg = device.type == "cpu", not args.no_pyg
     if use_pyg:
         pyg_peer.require_pyg()
     threads = set_threads(args.threads)
-    indptr, indices, desc = bench_graph(args)
-    num_nodes = indptr.shape[0] - 1
-    sampler = NeighborSampler(indptr, indices, parse_fanouts(args.fanouts), seed=args.seed)
-    rng = np.random.default_rng(args.seed + 1)
-    targets = torch.from_numpy(rng.choice(num_nodes, args.batch_size, replace=False))
-    block = sampler.sample_blocks(targets)[0]
-    graph = dgl.create_block((block.indices, block.edge_dst()), num_src_nodes=block.num_src,
-                             num_dst_nodes=block.num_dst)
-    torch.manual_seed(args.seed)
-    x = torch.randn(block.num_src, args.in_dim, device=device)
-    ours_block = block.to(device)
+    # (block, relation types or None, description) of each family of layers asked for
+    blocks: dict[str, tuple[Any, list[tuple[int, int]] | None, str]] = {}
+    if set(kinds) - set(RELATIONAL):
+        block, desc = _homogeneous(args)
+        blocks["homogeneous"] = (block, None, desc)
+    if set(kinds) & set(RELATIONAL):
+        blocks["typed"] = rel_peers.bench_block(args.hetero_papers, args.fanouts, args.batch_size, args.seed)
 
-    def step(module: torch.nn.Module, g: Any, grad: torch.Tensor | None) -> tuple[float, float, torch.Tensor]:
+    def step(module: torch.nn.Module, g: Any, x: torch.Tensor,
+             grad: torch.Tensor | None) -> tuple[float, float, torch.Tensor]:
         inp = x.clone().requires_grad_()
         module.zero_grad(set_to_none=True)
         synchronize(device)
@@ -139,34 +191,29 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     results: dict[str, dict[str, Any]] = {}
     ratios = []
     for kind in kinds:
-        ours, theirs = layer_pair(kind, args.in_dim, args.out_dim, args.heads)
-        ours = ours.to(device)
-        got = step(ours, ours_block, None)[2]  # warm-up every side; check each against ours
-        systems: dict[str, tuple[torch.nn.Module, Any]] = {"ours": (ours, ours_block)}
-        diffs: dict[str, float] = {}
-        if use_dgl:
-            systems["dgl"] = (theirs, graph)
-            diffs["dgl"] = check_equal(f"{kind}: DGL", step(theirs, graph, None)[2], got)
-        if use_pyg:
-            pg = pyg_peer.graph_for(kind, block.indptr, block.indices, block.num_src).to(device)
-            for form in pyg_peer.FORMS:
-                layer = pyg_peer.from_ours(kind, ours, form).to(device)
-                systems[f"pyg_{form}"] = (layer, pg)
-                diffs[f"pyg_{form}"] = check_equal(f"{kind}: PyG ({form})", step(layer, pg, None)[2], got)
+        block, rel_types, _ = blocks["typed" if kind in RELATIONAL else "homogeneous"]
+        torch.manual_seed(args.seed)
+        x = torch.randn(block.num_src, args.in_dim, device=device)
+        systems = _systems(kind, block, rel_types, args, device, use_dgl, use_pyg)
+        got = step(*systems["ours"], x, None)[2]  # warm-up every side; check each against ours
+        diffs = {name: check_equal(f"{kind}: " + ("DGL" if name == "dgl" else f"PyG ({name.removeprefix('pyg_')})"),
+                                   step(*systems[name], x, None)[2], got)
+                 for name in systems if name != "ours"}
         grad = torch.randn_like(got)
         wall: dict[str, list[float]] = {name: [] for name in systems}
         cpu: dict[str, list[float]] = {name: [] for name in systems}
         names = list(systems)
         for r in range(args.repeats):
             for name in names[r % len(names):] + names[:r % len(names)]:
-                module, g = systems[name]
-                w, c, _ = step(module, g, grad)
+                w, c, _ = step(*systems[name], x, grad)
                 wall[name].append(w)
                 cpu[name].append(c)
         med = {name: statistics.median(v) for name, v in wall.items()}
         row: dict[str, Any] = {f"{name}_ms": 1000 * m for name, m in med.items()}
         row["cpu_s"] = {name: statistics.median(v) for name, v in cpu.items()}
         row["max_abs_diff"] = diffs
+        if use_pyg and kind in RELATIONAL:
+            row["pyg_left_out"] = rel_peers.pyg_forms(kind, block.num_edges, args.in_dim, args.out_dim)[1]
 
         def op(name: str, what: str, kind: str = kind, med: dict[str, float] = med) -> dict[str, Any]:
             return operand(med[name], "s", f"{what} {kind} forward+backward on the block, median of "
@@ -178,7 +225,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             row["ratio"] = ratios[-1]["value"]
             row["cpu_ratio"] = row["cpu_s"]["ours"] / row["cpu_s"]["dgl"]
         if use_pyg:
-            best = min(pyg_peer.FORMS, key=lambda f: med[f"pyg_{f}"])
+            forms = [n.removeprefix("pyg_") for n in systems if n.startswith("pyg_")]
+            best = min(forms, key=lambda f: med[f"pyg_{f}"])
             ratios.append(ratio(f"{kind}: ours / PyG", ours_op,
                                 op(f"pyg_{best}", f"PyG {pyg_peer.version()} ({best}, its faster form here)"),
                                 "<= 1.0"))
@@ -188,23 +236,27 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     parts = []
     for k, v in results.items():
         peers = ([f"DGL {v['ratio']:.2f}"] if use_dgl else []) + ([f"PyG {v['pyg_ratio']:.2f}"] if use_pyg else [])
-        ms = "/".join(f"{v[n + '_ms']:.0f}" for n in ("ours", "dgl", "pyg_edge_index", "pyg_adj_t") if n + "_ms" in v)
+        ms = "/".join(f"{v[n]:.0f}" for n in v if n.endswith("_ms"))
         parts.append(f"{k} {', '.join(peers)} ({ms} ms)")
     max_diff = max((d for v in results.values() for d in v["max_abs_diff"].values()), default=0.0)
+    described = "; ".join(f"{'typed ' if rel_types else ''}block {b.num_dst} dst, {b.num_src} src, {b.num_edges} "
+                          f"edges from {desc}" for b, rel_types, desc in blocks.values())
     result = {
         "summary": (
             f"layers: max ratio {ratios[worst]['value']:.2f} ({ratios[worst]['name']}); ours/peer per layer: "
-            f"{'; '.join(parts)} [ms: ours/DGL/PyG edge_index/PyG adj_t]; peers' outputs equal ours (max abs "
-            f"diff {max_diff:.1e}); block {block.num_dst} "
-            f"dst, {block.num_src} src, {block.num_edges} edges from {desc}; dims {args.in_dim}->{args.out_dim}, "
+            f"{'; '.join(parts)} [ms: ours/DGL/PyG forms]; peers' outputs equal ours (max abs "
+            f"diff {max_diff:.1e}); {described}; dims {args.in_dim}->{args.out_dim}, "
             f"{threads} threads, {device.type}"
         ),
-        "graph": desc,
+        "graph": "; ".join(desc for _, _, desc in blocks.values()),
         "layers": results,
-        "block": {"num_dst": block.num_dst, "num_src": block.num_src, "num_edges": block.num_edges},
+        **{("block" if name == "homogeneous" else "typed_block"): {
+            "num_dst": b.num_dst, "num_src": b.num_src, "num_edges": b.num_edges,
+            **({"num_rels": len(rel_types)} if rel_types else {})} for name, (b, rel_types, _) in blocks.items()},
         "in_dim": args.in_dim,
         "out_dim": args.out_dim,
         "heads": args.heads,
+        "num_bases": args.num_bases,
         "torch_threads": threads,
         "device": device.type,
         "peers": {"dgl": use_dgl, "pyg": pyg_peer.version() if use_pyg else None},

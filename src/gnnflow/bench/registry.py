@@ -14,7 +14,7 @@ from typing import Any
 # name -> (module, help)
 BENCHES: dict[str, tuple[str, str]] = {
     "sampler": ("gnnflow.bench.sampler", "our layer-wise sampler vs DGL NeighborSampler (edges/s)"),
-    "layers": ("gnnflow.bench.layers", "our SAGE/GCN/GAT layers vs DGL's and PyG's (forward+backward time)"),
+    "layers": ("gnnflow.bench.layers", "our SAGE/GCN/GAT/RGCN/R-GAT layers vs DGL's and PyG's (forward+backward time)"),
     "partition": ("gnnflow.bench.partition", "our plain (and coarsened) METIS pipeline vs dgl.distributed.partition_graph"),
     "pipeline": ("gnnflow.bench.pipeline", "epoch time with vs without the async mini-batch pipeline"),
     "data-parallel": ("gnnflow.bench.data_parallel", "our data-parallel epoch vs DGL DistDGL (sampler processes on and off), same partitions"),

@@ -57,6 +57,8 @@ def main(args: argparse.Namespace) -> int:
     kw: dict[str, Any] = {}
     if args.fanouts is not None:
         kw["fanouts"] = parse_fanouts(args.fanouts)
+        if any(isinstance(f, dict) for f in kw["fanouts"]):
+            raise ConfigError("--fanouts: verify runs untyped graphs; per-relation fanouts are not verified yet")
     if args.split_group_size is not None:
         kw["split_group_size"] = args.split_group_size
     if args.planner is not None:

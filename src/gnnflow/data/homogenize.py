@@ -124,12 +124,14 @@ def _neighbor_sums(indptr: np.ndarray, indices: np.ndarray, rows: np.ndarray, ha
 
 def _typed_csr(hg: HeteroGraph, etypes: list[EdgeType], ntypes: list[str], offsets: np.ndarray,
                eoffsets: np.ndarray, work: Path, chunk: int = 1 << 22) -> tuple[Path, Path, Path, Path]:
-    """CSR over destinations of all typed edges with homogeneous ids, built on disk: each
-    row keeps its edges in edge-id order (a stable sort by ``dst * N + src``), nothing
-    deduplicated.  Returns the paths of ``indptr``, ``indices``, ``edge_id`` (CSR slot ->
-    homogeneous edge id) and ``edge_type`` (int32)."""
+    """CSR over destinations of all typed edges with homogeneous ids, built on disk, nothing
+    deduplicated: each row lists its edges grouped by edge type, in type order, and by source
+    within a type (a stable sort by ``dst * N + src``, then by type within rows), so that
+    the typed sampler finds a relation's neighbours as one slice.  Returns the paths of
+    ``indptr``, ``indices``, ``edge_id`` (CSR slot -> homogeneous edge id) and
+    ``edge_type`` (int32)."""
     from gnnflow.data.external_csr import ExternalCSRBuilder, NpyAppender
-    from gnnflow.io import progress, release_pages, row_chunks
+    from gnnflow.io import progress, release_pages
 
     n, m = int(offsets[-1]), int(eoffsets[-1])
     builder = ExternalCSRBuilder(n, work, symmetrize=False, dedup=False, drop_self_loops=False,
@@ -144,10 +146,23 @@ def _typed_csr(hg: HeteroGraph, etypes: list[EdgeType], ntypes: list[str], offse
             release_pages(s_local, d_local)
     paths = [work / f"{k}.npy" for k in ("indptr", "indices", "edge_id", "edge_type")]
     builder.finish(paths[0], paths[1], paths[2])
+    indptr = np.load(paths[0])
+    indices, eids = np.load(paths[1], mmap_mode="r+"), np.load(paths[2], mmap_mode="r+")
     edge_type = NpyAppender(paths[3], np.int32)
-    eids = np.load(paths[2], mmap_mode="r")
-    for _, block in row_chunks(eids):
-        edge_type.append(np.searchsorted(eoffsets, block, side="right") - 1)
+    row = 0
+    while row < n:  # rows of about `chunk` edges at a time, reordered in place
+        stop = max(row + 1, int(np.searchsorted(indptr, indptr[row] + chunk, side="right")) - 1)
+        lo, hi = int(indptr[row]), int(indptr[stop])
+        types = np.searchsorted(eoffsets, eids[lo:hi], side="right") - 1
+        rows = np.repeat(np.arange(stop - row), np.diff(indptr[row:stop + 1]))
+        order = np.lexsort((types, rows))  # stable: the builder's order within a type
+        indices[lo:hi], eids[lo:hi] = indices[lo:hi][order], eids[lo:hi][order]
+        edge_type.append(types[order])
+        release_pages(indices, eids)
+        row = stop
+    indices.flush()
+    eids.flush()
+    del indices, eids
     edge_type.close()
     return paths[0], paths[1], paths[2], paths[3]
 

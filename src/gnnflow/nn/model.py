@@ -4,7 +4,9 @@
 before conv 0, conv ``i``, then activation and dropout unless it is the last),
 so distributed strategies can run the layers one by one and communicate
 between them (GSplit §5 Algorithm 2: shuffle, then ``gnn_layer``).
-``GNN.forward(blocks, x)`` is the plain loop.
+``GNN.forward(blocks, x)`` is the plain loop.  A relational model (RGCN, R-GAT) starts
+with an input layer (:class:`~gnnflow.nn.typed_input.TypedInput`) that maps per-type
+rows to one width; ``GNN.embed`` runs it, so ``x`` is then :class:`TypedRows`.
 
 Every strategy builds its model with :func:`build_model_from_config` (the
 model settings of a :class:`~gnnflow.config.TrainConfig`, passed unchanged),
@@ -19,12 +21,15 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from gnnflow.config import AGGREGATORS, MODELS, TrainConfig
+from gnnflow.config import AGGREGATORS, HEADED_MODELS, MODELS, RELATIONAL_MODELS, TrainConfig
 from gnnflow.errors import ConfigError
 from gnnflow.nn.dropout import Dropout
 from gnnflow.nn.gat import GATConv
 from gnnflow.nn.gcn import GCNConv
+from gnnflow.nn.rgat import RGATConv
+from gnnflow.nn.rgcn import RGCNConv
 from gnnflow.nn.sage import SAGEConv
+from gnnflow.nn.typed_input import GraphSchema, TypedInput, TypedRows
 from gnnflow.sampling.block import Block
 
 #: model names build_model accepts: the user-facing ones (config.MODELS; "gcn" is symmetrically
@@ -35,8 +40,8 @@ ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {"relu": F.relu
 
 
 def default_activation(model: str) -> str:
-    """The standard hidden activation of ``model``: ELU for GAT (Veličković et al.), else ReLU."""
-    return "elu" if model == "gat" else "relu"
+    """The standard hidden activation of ``model``: ELU for GAT and R-GAT (Veličković et al.), else ReLU."""
+    return "elu" if model in HEADED_MODELS else "relu"
 
 
 class DstLinear(nn.Module):
@@ -56,11 +61,13 @@ class GNN(nn.Module):
     ``input_dropout`` drops input features before the first layer, ``dropout``
     the hidden representations after each hidden layer's activation.
     ``head_reduce`` (GAT): hidden layers concatenate their heads, the last
-    layer averages them.
+    layer averages them.  ``input_layer`` (relational models): maps the input rows
+    (:class:`TypedRows`) to the first layer's width (:meth:`embed`).
     """
 
     def __init__(self, layers: Sequence[nn.Module], dropout: float = 0.0, head_reduce: bool = False,
-                 activation: str = "relu", input_dropout: float = 0.0) -> None:
+                 activation: str = "relu", input_dropout: float = 0.0,
+                 input_layer: nn.Module | None = None) -> None:
         super().__init__()
         if activation not in ACTIVATIONS:
             raise ConfigError(f"activation: unknown {activation!r}; choose one of {', '.join(ACTIVATIONS)}")
@@ -69,10 +76,19 @@ class GNN(nn.Module):
         self.input_dropout = Dropout(input_dropout)
         self.activation = activation
         self.head_reduce = head_reduce
+        self.input_layer = input_layer
 
     @property
     def num_layers(self) -> int:
         return len(self.layers)
+
+    def embed(self, x: torch.Tensor | TypedRows) -> torch.Tensor:
+        """The first layer's input rows: ``x`` itself, or the input layer's map of typed rows."""
+        if self.input_layer is None:
+            if isinstance(x, TypedRows):
+                raise ValueError("GNN.embed: typed rows for a model without an input layer")
+            return x
+        return self.input_layer(x)
 
     def projects_first(self, i: int) -> bool:
         """Whether conv ``i`` is a GCN layer that projects before aggregating (it narrows the
@@ -107,10 +123,10 @@ class GNN(nn.Module):
                 h = self.dropout(ACTIVATIONS[self.activation](h))
         return h
 
-    def forward(self, blocks: Sequence[Block], x: torch.Tensor) -> torch.Tensor:
+    def forward(self, blocks: Sequence[Block], x: torch.Tensor | TypedRows) -> torch.Tensor:
         if len(blocks) != len(self.layers):
             raise ValueError(f"GNN.forward: {len(blocks)} blocks for {len(self.layers)} layers")
-        h = x
+        h = self.embed(x)
         for i, block in enumerate(blocks):
             h = self.layer_step(i, block, h)
         return h
@@ -119,17 +135,26 @@ class GNN(nn.Module):
 def build_model(model: str, in_dim: int, hidden: int, out_dim: int, num_layers: int,
                 dropout: float = 0.0, heads: int = 1, *, out_heads: int = 1, input_dropout: float = 0.0,
                 feat_drop: float = 0.0, attn_drop: float = 0.0, activation: str | None = None,
-                aggregator: str = "mean") -> GNN:
+                aggregator: str = "mean", num_bases: int = 0, schema: GraphSchema | None = None) -> GNN:
     """The named model (see :data:`MODEL_NAMES`) with ``num_layers`` layers.
 
-    GAT: ``heads`` heads of ``hidden`` features in every hidden layer
+    GAT, R-GAT: ``heads`` heads of ``hidden`` features in every hidden layer
     (concatenated: the next layer reads ``heads * hidden``), ``out_heads`` heads
     in the output layer (averaged), ``feat_drop``/``attn_drop`` in every layer.
     SAGE: ``aggregator`` ``mean`` or ``gcn``.  ``activation`` None: the
-    model's standard one (:func:`default_activation`).
+    model's standard one (:func:`default_activation`).  RGCN, R-GAT: ``schema`` is
+    the typed graph's (relations, vertex types, their feature widths); the input
+    layer maps every type to ``hidden`` (``in_dim`` is not used); RGCN: ``num_bases``.
     """
     if model not in MODEL_NAMES:
         raise ConfigError(f"model: unknown model {model!r}; choose one of {', '.join(MODEL_NAMES)}")
+    input_layer = None
+    if model in RELATIONAL_MODELS:
+        if schema is None:
+            raise ConfigError(f"model {model}: needs a homogenized heterogeneous graph (its edge and vertex "
+                              "types); prepare one with `gnnflow homogenize` or `gnnflow prepare synthetic-hetero`")
+        input_layer = TypedInput(schema.feature_dims, schema.num_nodes, hidden)
+        in_dim = hidden
     if num_layers < 1:
         raise ConfigError(f"num_layers: must be >= 1, got {num_layers}")
     if aggregator not in AGGREGATORS:
@@ -145,15 +170,26 @@ def build_model(model: str, in_dim: int, hidden: int, out_dim: int, num_layers: 
         elif model == "gat":
             layers.append(GATConv(d_in * (heads if i else 1), d_out, out_heads if i == num_layers - 1 else heads,
                                   feat_drop=feat_drop, attn_drop=attn_drop))
+        elif model == "rgcn":
+            assert schema is not None
+            layers.append(RGCNConv(d_in, d_out, schema.num_rels, num_bases=num_bases))
+        elif model == "rgat":
+            assert schema is not None
+            layers.append(RGATConv(d_in * (heads if i else 1), d_out, schema.num_rels,
+                                   out_heads if i == num_layers - 1 else heads, schema.rel_dst_types,
+                                   feat_drop=feat_drop, attn_drop=attn_drop))
         else:
             layers.append(DstLinear(d_in, d_out))
-    return GNN(layers, dropout=dropout, head_reduce=model == "gat",
-               activation=activation or default_activation(model), input_dropout=input_dropout)
+    return GNN(layers, dropout=dropout, head_reduce=model in HEADED_MODELS,
+               activation=activation or default_activation(model), input_dropout=input_dropout,
+               input_layer=input_layer)
 
 
-def build_model_from_config(cfg: TrainConfig, in_dim: int, out_dim: int, model: str | None = None) -> GNN:
+def build_model_from_config(cfg: TrainConfig, in_dim: int, out_dim: int, model: str | None = None,
+                            schema: GraphSchema | None = None) -> GNN:
     """:func:`build_model` with every model setting of ``cfg`` (``model`` overrides ``cfg.model``'s
-    name, e.g. ``gcn-right`` for a row-normalised GCN)."""
+    name, e.g. ``gcn-right`` for a row-normalised GCN; ``schema``: a relational model's graph)."""
     return build_model(model or cfg.model, in_dim, cfg.hidden, out_dim, cfg.num_layers, cfg.dropout, cfg.heads,
                        out_heads=cfg.out_heads, input_dropout=cfg.input_dropout, feat_drop=cfg.feat_drop,
-                       attn_drop=cfg.attn_drop, activation=cfg.activation, aggregator=cfg.aggregator)
+                       attn_drop=cfg.attn_drop, activation=cfg.activation, aggregator=cfg.aggregator,
+                       num_bases=cfg.num_bases, schema=schema)

@@ -191,3 +191,143 @@ class _EdgeSoftmax(torch.autograd.Function):
 def edge_softmax(block: Block, logits: torch.Tensor) -> torch.Tensor:
     """Softmax of ``logits`` ([E] or [E, H]) over the in-edges of each destination."""
     return _EdgeSoftmax.apply(logits, block)
+
+
+def _check_relations(block: Block, num_rels: int) -> torch.Tensor | None:
+    etypes = block.etypes
+    if etypes is not None and etypes.numel() and (int(etypes.min()) < 0 or int(etypes.max()) >= num_rels):
+        raise ValueError(f"block edge types must be in [0, {num_rels}), got [{int(etypes.min())}, "
+                         f"{int(etypes.max())}]")
+    return etypes
+
+
+def relation_block(block: Block, num_rels: int) -> Block:
+    """The block with one destination row per (destination, relation), cached on the block.
+
+    Row ``i * num_rels + r`` holds destination ``i``'s in-edges of relation ``r``: the
+    block's own edges in its own order, so per-edge tensors stay aligned, which needs each
+    destination's edges grouped by relation in relation order (the typed sampler's and a
+    homogenized store's order).  Without ``etypes`` every edge is of relation 0.  A mean
+    over it is the per-relation mean; a softmax over it, the per-relation softmax.
+    """
+    key = ("relation_rows", num_rels)
+    out = block.cache.get(key)
+    if out is None:
+        etypes = _check_relations(block, num_rels)
+        rows = block.edge_dst() * num_rels
+        if etypes is not None:
+            rows = rows + etypes
+        if rows.shape[0] > 1 and bool((rows[1:] < rows[:-1]).any()):
+            raise ValueError("block edges must be grouped by edge type within each destination, in type order "
+                             "(as gnnflow.sampling.TypedNeighborSampler and homogenized stores list them)")
+        num_rows = block.num_dst * num_rels
+        indptr = torch.zeros(num_rows + 1, dtype=torch.int64, device=block.device)
+        torch.cumsum(torch.bincount(rows, minlength=num_rows), 0, out=indptr[1:])
+        out = Block(dst_ids=torch.arange(num_rows, device=block.device), src_ids=block.src_ids, indptr=indptr,
+                    indices=block.indices)
+        out.cache["edge_dst"] = rows
+        block.cache[key] = out
+    assert isinstance(out, Block)
+    return out
+
+
+def relation_sources(block: Block, num_rels: int) -> tuple[torch.Tensor, list[int], Block]:
+    """The (source, relation) pairs the block's edges use, grouped by relation, cached on the block.
+
+    Returns ``(pair_src, bounds, pair_block)``: pair ``p`` is source ``pair_src[p]`` seen
+    through relation ``r`` for ``bounds[r] <= p < bounds[r + 1]``; ``pair_block`` is the
+    block with every edge pointing at its pair instead of its source (the same CSR, so
+    per-edge tensors stay aligned; ``num_src`` = number of pairs).  A layer that transforms
+    a source per relation (``W_r h_j``) computes only the pairs an edge uses, and one SpMM
+    over ``pair_block`` sums the messages of all relations.
+    """
+    key = ("relation_sources", num_rels)
+    out = block.cache.get(key)
+    if out is None:
+        etypes = _check_relations(block, num_rels)
+        n = block.num_src
+        keys = block.indices if etypes is None else etypes * n + block.indices
+        # a bitmap over (relation, source) finds the pairs in relation-major order without a sort
+        mark = torch.zeros(num_rels * n, dtype=torch.bool, device=block.device)
+        mark[keys] = True
+        pair_keys = torch.nonzero(mark).squeeze(1)
+        position = torch.empty(num_rels * n, dtype=torch.int64, device=block.device)
+        position[pair_keys] = torch.arange(pair_keys.shape[0], device=block.device)
+        bounds = torch.searchsorted(pair_keys, torch.arange(num_rels + 1, device=block.device) * n).tolist()
+        pair_block = Block(dst_ids=block.dst_ids, src_ids=pair_keys % max(n, 1), indptr=block.indptr,
+                           indices=position[keys])
+        pair_block.cache["edge_dst"] = block.edge_dst()
+        out = (pair_block.src_ids, bounds, pair_block)
+        block.cache[key] = out
+    assert isinstance(out, tuple)
+    return out
+
+
+class _SegmentMM(torch.autograd.Function):
+    """``out[b_r:b_{r+1}] = x[b_r:b_{r+1}] @ w[r]``; each GEMM writes its own rows of one output (and
+    backward its own rows of one input gradient), so no segment is sliced out of a zero-filled copy."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, weight: torch.Tensor, bounds: list[int]) -> torch.Tensor:
+        ctx.bounds = bounds
+        ctx.save_for_backward(x, weight)
+        out = x.new_empty(x.shape[0], weight.shape[2])
+        for r, (lo, hi) in enumerate(zip(bounds[:-1], bounds[1:], strict=True)):
+            if hi > lo:
+                torch.mm(x[lo:hi], weight[r], out=out[lo:hi])
+        return out
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor | None, None]:
+        x, weight = ctx.saved_tensors
+        grad = grad.contiguous()
+        grad_x = x.new_empty(x.shape) if ctx.needs_input_grad[0] else None
+        grad_w = torch.zeros_like(weight) if ctx.needs_input_grad[1] else None
+        for r, (lo, hi) in enumerate(zip(ctx.bounds[:-1], ctx.bounds[1:], strict=True)):
+            if hi == lo:
+                continue
+            if grad_x is not None:
+                torch.mm(grad[lo:hi], weight[r].t(), out=grad_x[lo:hi])
+            if grad_w is not None:
+                torch.mm(x[lo:hi].t(), grad[lo:hi], out=grad_w[r])
+        return grad_x, grad_w, None
+
+
+def segment_matmul(x: torch.Tensor, bounds: list[int], weight: torch.Tensor) -> torch.Tensor:
+    """``out[bounds[r]:bounds[r + 1]] = x[bounds[r]:bounds[r + 1]] @ weight[r]`` for ``x`` ``[N, I]``
+    and ``weight`` ``[R, I, O]`` (``bounds[0] = 0``, ``bounds[-1] = N``): one GEMM per non-empty
+    segment (DGL's ``segment_mm``)."""
+    if bounds[0] != 0 or bounds[-1] != x.shape[0] or len(bounds) != weight.shape[0] + 1:
+        raise ValueError(f"segment_matmul: bounds {bounds} must run from 0 to {x.shape[0]} over "
+                         f"{weight.shape[0]} segments")
+    return _SegmentMM.apply(x.contiguous(), weight.contiguous(), bounds)
+
+
+def relation_major(block: Block, num_rels: int) -> tuple[Block, list[int], torch.Tensor]:
+    """The block's non-empty (destination, relation) rows in relation-major order, cached on the block.
+
+    Returns ``(rows, bounds, row_dst)``: row ``q`` of the block ``rows`` holds the in-edges of
+    relation ``r`` of destination ``row_dst[q]`` for ``bounds[r] <= q < bounds[r + 1]``.  A
+    mean over ``rows`` gives each relation's mean of each destination with such edges, and
+    the rows of one relation are one segment for :func:`segment_matmul`: a per-relation
+    transform costs a GEMM row per (destination, relation) pair that has edges, not per
+    destination and relation.  The edges need no particular order.
+    """
+    key = ("relation_major", num_rels)
+    out = block.cache.get(key)
+    if out is None:
+        etypes = _check_relations(block, num_rels)
+        dst = block.edge_dst()
+        keys = dst if etypes is None else etypes * block.num_dst + dst
+        order = torch.sort(keys, stable=True).indices if etypes is not None else None
+        counts = torch.bincount(keys, minlength=num_rels * block.num_dst)
+        row_keys = torch.nonzero(counts).squeeze(1)
+        indptr = torch.zeros(row_keys.shape[0] + 1, dtype=torch.int64, device=block.device)
+        torch.cumsum(counts[row_keys], 0, out=indptr[1:])
+        bounds = torch.searchsorted(row_keys, torch.arange(num_rels + 1, device=block.device) * block.num_dst)
+        rows = Block(dst_ids=row_keys, src_ids=block.src_ids, indptr=indptr,
+                     indices=block.indices if order is None else block.indices[order])
+        out = (rows, bounds.tolist(), row_keys % max(block.num_dst, 1))
+        block.cache[key] = out
+    assert isinstance(out, tuple)
+    return out

@@ -14,6 +14,7 @@ from typing import Any
 
 import pandas as pd
 
+from gnnflow.config import format_fanouts
 from gnnflow.errors import GnnflowError
 from gnnflow.results.schema import read_records
 from gnnflow.results.selection import best_row
@@ -39,7 +40,9 @@ def _config_columns(run_dir: Path) -> dict[str, Any]:
             value = cfg[key]
             if key == "partition" and value:
                 value = Path(value).name
-            if isinstance(value, list):
+            if key == "fanouts" and isinstance(value, list):
+                value = format_fanouts(value)  # "15,10,5", or per relation "cites:10,*:5;5"
+            elif isinstance(value, list):
                 value = ",".join(map(str, value))
             cols[f"cfg_{key}"] = value
     for key, value in (cfg.get("options") or {}).items():

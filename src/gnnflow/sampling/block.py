@@ -7,11 +7,17 @@ previous representation as ``h_src[:num_dst]``.  Edges are stored in CSR over
 destinations: the sources of destination ``i`` are
 ``src_ids[indices[indptr[i]:indptr[i+1]]]`` (``indices`` are *local* positions
 into ``src_ids``).
+
+On a typed (homogenized) graph a block also carries ``etypes``, the relation of
+every edge (aligned with ``indices``; the typed sampler lists a destination's
+edges grouped by relation, in relation order), and ``src_types``, the vertex
+type of every source (so ``src_types[:num_dst]`` are the destinations').
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
+from typing import Any
 
 import numpy as np
 import torch
@@ -35,7 +41,8 @@ class Block:
 
     ``src_deg`` / ``dst_deg`` optionally carry degrees taken from the whole
     graph (float); :class:`gnnflow.nn.GCNConv` uses them for its normalisation
-    when present and the block's own degrees otherwise.
+    when present and the block's own degrees otherwise.  ``etypes`` (int64 per
+    edge) and ``src_types`` (int64 per source) are None on an untyped graph.
     """
 
     dst_ids: torch.Tensor
@@ -44,8 +51,10 @@ class Block:
     indices: torch.Tensor
     src_deg: torch.Tensor | None = None
     dst_deg: torch.Tensor | None = None
+    etypes: torch.Tensor | None = None
+    src_types: torch.Tensor | None = None
     #: derived structures (expanded destinations, transposed CSR) computed on first use
-    cache: dict[str, torch.Tensor | tuple[torch.Tensor, ...]] = field(
+    cache: dict[Any, Any] = field(
         default_factory=dict, repr=False, compare=False
     )
 
@@ -103,11 +112,16 @@ class Block:
         return Block(**moved)
 
     @classmethod
-    def full_graph(cls, indptr: np.ndarray | torch.Tensor, indices: np.ndarray | torch.Tensor) -> Block:
-        """The whole graph as one block: ``dst = src = all vertices`` (full-batch training)."""
+    def full_graph(cls, indptr: np.ndarray | torch.Tensor, indices: np.ndarray | torch.Tensor,
+                   etypes: np.ndarray | torch.Tensor | None = None,
+                   src_types: np.ndarray | torch.Tensor | None = None) -> Block:
+        """The whole graph as one block: ``dst = src = all vertices`` (full-batch training);
+        ``etypes``/``src_types``: its edge and vertex types, on a typed graph."""
         indptr_t = as_long_tensor(indptr)
         ids = torch.arange(indptr_t.shape[0] - 1, dtype=torch.int64)
-        return cls(dst_ids=ids, src_ids=ids, indptr=indptr_t, indices=as_long_tensor(indices))
+        return cls(dst_ids=ids, src_ids=ids, indptr=indptr_t, indices=as_long_tensor(indices),
+                   etypes=None if etypes is None else as_long_tensor(etypes),
+                   src_types=None if src_types is None else as_long_tensor(src_types))
 
     def __repr__(self) -> str:
         return f"Block(num_dst={self.num_dst}, num_src={self.num_src}, num_edges={self.num_edges})"

@@ -1,4 +1,4 @@
-"""Partition-invariant neighbour draws: a sample is a pure function of (seed, epoch, batch, layer, vertex).
+"""Partition-invariant neighbour draws: a sample is a pure function of (seed, epoch, batch, layer, vertex[, relation]).
 
 A sampler that draws from one random stream per rank (or per process) picks
 different neighbours for the same vertex depending on which rank samples it,
@@ -22,6 +22,12 @@ in the same order — which the partition book keeps (a part's rows are gathered
 from the store's CSR in order).  Like Philox-style counter generators, the
 draws are as uniform as the mixing function; SplitMix64 passes BigCrush as a
 generator of this form.
+
+Typed sampling (:mod:`gnnflow.sampling.typed`) draws each relation ``r`` of ``v``
+separately, from the base ``mix(row_hash(v) ^ mix(r * GOLDEN + REL))``
+(:meth:`DrawKey.relation_hashes`): the key gains the relation and nothing else,
+so the draws of ``(v, r)`` stay the same whoever samples ``v``, and the
+untyped draws are untouched.
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ GOLDEN = 0x9E3779B97F4A7C15
 _M1 = 0xBF58476D1CE4E5B9
 _M2 = 0x94D049BB133111EB
 _TO_UNIT = 1.0 / float(1 << 53)
+_REL = 0xD1B54A32D192ED03  # keeps relation 0's words apart from the untyped row hashes
 
 
 def mix_scalar(x: int) -> int:
@@ -77,6 +84,13 @@ class DrawKey:
         v = np.asarray(vertex_ids, dtype=np.int64).astype(np.uint64)
         with np.errstate(over="ignore"):
             return mix(mix(v + np.uint64(GOLDEN)) ^ np.uint64(self.layer(layer)))
+
+    def relation_hashes(self, layer: int, vertex_ids: np.ndarray, relations: np.ndarray) -> np.ndarray:
+        """One 64-bit word per (destination, relation) pair: the base of the draws of relation
+        ``relations[i]`` of vertex ``vertex_ids[i]`` (global id)."""
+        r = np.asarray(relations, dtype=np.int64).astype(np.uint64)
+        with np.errstate(over="ignore"):
+            return mix(self.row_hashes(layer, vertex_ids) ^ mix(r * np.uint64(GOLDEN) + np.uint64(_REL)))
 
 
 def uniforms(row_hash: np.ndarray, i: int) -> np.ndarray:

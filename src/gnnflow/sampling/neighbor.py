@@ -29,7 +29,7 @@ single process, ``v``'s owner rank, a split's owner) draws the same neighbours.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import torch
@@ -180,16 +180,23 @@ class LayerwiseSampler:
         (unique ids); return ``(block, block.src_ids)``."""
         dst = _as_np(frontier).astype(np.int64, copy=False)
         counts, src = self.sample_neighbors(dst, int(fanout), int(layer))
+        block = self.make_block(dst, counts, src)
+        return block, block.src_ids
+
+    def make_block(self, dst: np.ndarray, counts: np.ndarray, src: np.ndarray,
+                   etypes: np.ndarray | None = None) -> Block:
+        """The block of destinations ``dst`` whose ``counts[i]`` sampled sources (global ids,
+        CSR order) are ``src`` (``etypes``: their relations, on a typed graph)."""
         src_ids, local = self._relabel(dst, src)
         indptr = np.zeros(dst.shape[0] + 1, dtype=np.int64)
         np.cumsum(counts, out=indptr[1:])
-        block = Block(
+        return Block(
             dst_ids=torch.from_numpy(np.array(dst, copy=True)),
             src_ids=torch.from_numpy(src_ids),
             indptr=torch.from_numpy(indptr),
             indices=torch.from_numpy(local),
+            etypes=None if etypes is None else torch.from_numpy(np.asarray(etypes, dtype=np.int64)),
         )
-        return block, block.src_ids
 
     def sample_blocks(self, targets: np.ndarray | torch.Tensor) -> list[Block]:
         """Blocks for one mini-batch (batch ``key``), ordered input -> output
@@ -205,6 +212,9 @@ class LayerwiseSampler:
 
 
 def check_fanouts(fanouts: Sequence[int]) -> list[int]:
+    if any(isinstance(f, Mapping) for f in fanouts):
+        raise ConfigError("fanouts: per-relation fanouts need typed sampling (a homogenized heterogeneous "
+                          "graph, gnnflow.sampling.TypedNeighborSampler); this sampler takes one count per layer")
     out = [int(f) for f in fanouts]
     if not out or any(f == 0 or f < -1 for f in out):
         raise ConfigError(f"fanouts: each must be a positive count or -1 (full), got {list(fanouts)}")
@@ -248,7 +258,10 @@ class NeighborSampler(LayerwiseSampler):
         return counts, np.asarray(self.indices[eid], dtype=np.int64)
 
 
-def full_blocks(indptr: np.ndarray | torch.Tensor, indices: np.ndarray | torch.Tensor, num_layers: int) -> list[Block]:
-    """``num_layers`` copies of the whole-graph block (full-batch training)."""
-    block = Block.full_graph(as_long_tensor(indptr), as_long_tensor(indices))
+def full_blocks(indptr: np.ndarray | torch.Tensor, indices: np.ndarray | torch.Tensor, num_layers: int,
+                etypes: np.ndarray | torch.Tensor | None = None,
+                src_types: np.ndarray | torch.Tensor | None = None) -> list[Block]:
+    """``num_layers`` copies of the whole-graph block (full-batch training); on a typed graph
+    with its edge types (rows grouped by relation) and vertex types."""
+    block = Block.full_graph(as_long_tensor(indptr), as_long_tensor(indices), etypes, src_types)
     return [block] * num_layers

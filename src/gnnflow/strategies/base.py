@@ -24,7 +24,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from gnnflow.config import STRATEGIES, TrainConfig
+from gnnflow.config import RELATIONAL_MODELS, STRATEGIES, TrainConfig
 from gnnflow.errors import ConfigError
 from gnnflow.options import StrategyOptions
 from gnnflow.results.schema import Recorder
@@ -44,6 +44,8 @@ class Strategy(ABC):
     #: True when it claims single-process mathematics (``gnnflow verify`` checks it exactly);
     #: False when it is approximate (checked by accuracy at equal epochs) or a peer
     exact: ClassVar[bool] = False
+    #: True when it samples per relation and trains relational models (rgcn, rgat)
+    relational: ClassVar[bool] = False
 
     @classmethod
     def parse_options(cls, cfg: TrainConfig) -> TrainConfig:
@@ -58,6 +60,14 @@ class Strategy(ABC):
         starts (:func:`gnnflow.strategies.preflight.check_run`) and by every rank.  The base
         refuses nothing."""
         return None
+
+    @classmethod
+    def check_relational(cls, cfg: TrainConfig) -> None:
+        """Refuse a relational model or per-relation fanouts where this strategy has no typed path."""
+        if cfg.relational and not cls.relational:
+            what = f"model {cfg.model}" if cfg.model in RELATIONAL_MODELS else "per-relation fanouts"
+            raise ConfigError(f"{what}: strategy {cls.name!r} does not sample per relation yet; "
+                              "use --strategy single")
 
     @classmethod
     def estimate_memory(cls, cfg: TrainConfig) -> Any:
@@ -89,6 +99,7 @@ class Strategy(ABC):
 
     def __init__(self, cfg: TrainConfig, ctx: RankContext) -> None:
         self.cfg = self.parse_options(cfg)
+        self.check_relational(self.cfg)
         self.check_config(self.cfg)
         #: the parsed options (``self.cfg.options``)
         self.options: Any = self.cfg.options

@@ -4,7 +4,9 @@ Accuracy and loss per split are :mod:`gnnflow.strategies.metrics`'s.  Evaluation
 layer by layer over chunks of destination vertices (as DGL's examples do), so
 it needs memory for one layer's representations, not for the whole
 multi-hop neighbourhood; GCN blocks carry the whole graph's degrees so the
-chunked computation equals a whole-graph forward pass.
+chunked computation equals a whole-graph forward pass.  On a typed graph
+(:class:`~gnnflow.strategies.relational.TypedGraph`) the blocks carry edge and
+vertex types, and a relational model reads per-type input rows.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import random
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import torch
@@ -23,6 +25,9 @@ from gnnflow.config import TrainConfig
 from gnnflow.io import atomic_file
 from gnnflow.nn.model import GNN
 from gnnflow.sampling import Block, NeighborSampler, as_long_tensor
+
+if TYPE_CHECKING:
+    from gnnflow.strategies.relational import TypedGraph
 
 
 class GraphLike(Protocol):
@@ -155,14 +160,18 @@ def feature_rows(features: np.ndarray, ids: torch.Tensor) -> torch.Tensor:
 
 
 @torch.no_grad()
-def full_inference(model: GNN, indptr: np.ndarray, indices: np.ndarray, features: np.ndarray,
-                   device: torch.device | str = "cpu", chunk_size: int = 65536) -> torch.Tensor:
-    """Logits of every vertex with full neighbourhoods, computed layer by layer in chunks."""
+def full_inference(model: GNN, indptr: np.ndarray, indices: np.ndarray, features: np.ndarray | None,
+                   device: torch.device | str = "cpu", chunk_size: int = 65536,
+                   typed: TypedGraph | None = None) -> torch.Tensor:
+    """Logits of every vertex with full neighbourhoods, computed layer by layer in chunks.
+    ``typed``: the graph's types (blocks carry them; a model with an input layer reads
+    per-type rows instead of ``features``)."""
     device = torch.device(device)
     indptr = np.asarray(indptr)
     num_nodes = indptr.shape[0] - 1
     in_deg, out_deg = graph_degrees(indptr, indices)
-    sampler = NeighborSampler(indptr, indices, [-1])
+    sampler = NeighborSampler(indptr, indices, [-1]) if typed is None else typed.sampler(indptr, indices, [-1])
+    typed_rows = typed is not None and model.input_layer is not None
     was_training = model.training
     model.eval()
     try:
@@ -176,8 +185,15 @@ def full_inference(model: GNN, indptr: np.ndarray, indices: np.ndarray, features
         for i in range(model.num_layers):
             outs = []
             for b in blocks:
-                h_src = feature_rows(features, b.src_ids) if h is None else h[b.src_ids]
-                outs.append(model.layer_step(i, b.to(device), h_src.to(device)).cpu())
+                if h is not None:
+                    h_src = h[b.src_ids].to(device)
+                elif typed_rows:
+                    assert typed is not None
+                    h_src = model.embed(typed.rows(b.src_ids).to(device))
+                else:
+                    assert features is not None
+                    h_src = feature_rows(features, b.src_ids).to(device)
+                outs.append(model.layer_step(i, b.to(device), h_src).cpu())
             h = torch.cat(outs)
     finally:
         model.train(was_training)
@@ -186,16 +202,16 @@ def full_inference(model: GNN, indptr: np.ndarray, indices: np.ndarray, features
 
 
 def evaluate_full(model: GNN, graph: GraphLike, device: torch.device | str = "cpu",
-                  chunk_size: int = 65536) -> dict[str, Any]:
+                  chunk_size: int = 65536, typed: TypedGraph | None = None) -> dict[str, Any]:
     """Full-neighbourhood accuracies and losses of ``model`` on ``graph``'s train/val/test splits
-    (:mod:`gnnflow.strategies.metrics`)."""
-    if graph.features is None:
+    (:mod:`gnnflow.strategies.metrics`); ``typed``: see :func:`full_inference`."""
+    if graph.features is None and (typed is None or model.input_layer is None):
         from gnnflow.errors import ConfigError
 
         raise ConfigError("evaluation needs vertex features; the graph store has no features.npy")
     from gnnflow.strategies.metrics import split_metrics, split_sums
 
-    logits = full_inference(model, graph.indptr, graph.indices, graph.features, device, chunk_size)
+    logits = full_inference(model, graph.indptr, graph.indices, graph.features, device, chunk_size, typed)
     labels = as_long_tensor(graph.labels)
     per_split = {}
     for name, ids in (("train", graph.train_idx), ("val", graph.val_idx), ("test", graph.test_idx)):

@@ -84,6 +84,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from gnnflow.partition.meta import BookMeta
 
+from gnnflow.config import HEADED_MODELS, fanout_total
+
 MIB = 1 << 20
 BASE = 290 * MIB  # one rank: interpreter, torch, numpy, gnnflow, gloo (measured on a tiny graph)
 BASE_LAUNCHER = 200 * MIB  # the `gnnflow train` process that spawns the ranks and waits
@@ -219,13 +221,14 @@ class MemoryEstimate:
 
 
 # ------------------------------------------------------------------------------------------ pieces
-def sampled_layers(targets: float, fanouts: list[int], num_nodes: int, num_edges: int) -> list[float]:
+def sampled_layers(targets: float, fanouts: list[Any], num_nodes: int, num_edges: int) -> list[float]:
     """Expected distinct vertices per block level, outermost (input) first: ``[n_0, ..., n_L]``
-    with ``n_L = targets``; ``fanouts`` input layer first (``-1``: all neighbours)."""
+    with ``n_L = targets``; ``fanouts`` input layer first (``-1``: all neighbours; a per-relation
+    layer counts as its counts added)."""
     n = float(max(1, num_nodes))
     avg = num_edges / n
     out = [float(min(targets, n))]
-    for f in reversed(fanouts):
+    for f in map(fanout_total, reversed(fanouts)):
         k = avg if f < 0 else min(float(f), avg)
         dst, pool = out[0], DISTINCT_POOL * n
         out.insert(0, min(n, max(dst, pool * (1.0 - math.exp(-dst * (1.0 + k) / pool)))))
@@ -234,7 +237,7 @@ def sampled_layers(targets: float, fanouts: list[int], num_nodes: int, num_edges
 
 def layer_dims(cfg: Any, in_dim: int, classes: int) -> list[tuple[int, int]]:
     """(d_in, d_out) of every layer (GAT hidden layers concatenate their heads)."""
-    heads = int(getattr(cfg, "heads", 1)) if cfg.model == "gat" else 1
+    heads = int(getattr(cfg, "heads", 1)) if cfg.model in HEADED_MODELS else 1
     dims = []
     d = in_dim
     for i in range(cfg.num_layers):
@@ -256,7 +259,7 @@ def activation_bytes(levels: list[float], dims: list[tuple[int, int]], model: st
     """Bytes one batch's forward and backward keep (see the module docstring): per layer
     ``ACT_DST`` floats per destination and ``d_in + d_out``, and where a layer projects its
     sources first (``d_in > d_out``, the output layer) ``ACT_SRC`` per source and ``d_out``."""
-    heads_factor = 2.0 if model == "gat" else 1.0  # attention scores per edge and head
+    heads_factor = 2.0 if model in HEADED_MODELS else 1.0  # attention scores per edge and head
     total = 0.0
     for (d_in, d_out), n_src, n_dst in zip(dims, levels[:-1], levels[1:], strict=True):
         total += ACT_DST * n_dst * (d_in + d_out) * heads_factor
@@ -277,7 +280,7 @@ def shard_bytes(p: PartSizes, sizes: GraphSizes, features: bool = True) -> dict[
 
 def evaluation_bytes(p: PartSizes, cfg: Any, classes: int, feature_dim: int) -> int:
     """Layer-wise inference beyond the shard: a hidden table, chunks, logits."""
-    hidden = cfg.hidden * (int(getattr(cfg, "heads", 1)) if cfg.model == "gat" else 1)
+    hidden = cfg.hidden * (int(getattr(cfg, "heads", 1)) if cfg.model in HEADED_MODELS else 1)
     table = 4 * p.inner * hidden if cfg.num_layers > 1 else 0
     chunk = min(CHUNK, 4 * (p.inner + p.halo) * max(feature_dim, hidden))  # no more than the part's rows
     return int(table + EVAL_CHUNKS * chunk + 4 * p.inner * classes)

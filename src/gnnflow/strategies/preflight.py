@@ -40,6 +40,7 @@ def check_run(cfg: TrainConfig, cls: type[Strategy], memory: bool = True) -> Tra
                     cores / cfg.workers)
     if not cls.distributed and cfg.workers > 1:
         raise ConfigError(f"strategy {cfg.strategy!r} runs in one process; use --workers 1")
+    cls.check_relational(cfg)
     cls.check_config(cfg)
     read_store_meta(cfg.graph)  # there, and a graph store of this gnnflow's format
     want = cls.book_parts(cfg)

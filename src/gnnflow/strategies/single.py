@@ -9,6 +9,11 @@ per epoch on the whole graph (every layer's block is the whole graph), loss
 over all training vertices.  Evaluation is exact full-neighbourhood inference
 (:func:`gnnflow.strategies.common.evaluate_full`).
 
+On a homogenized heterogeneous store (DistDGLv2 §4.1.1, §4.1.4) a relational run
+(``--model rgcn|rgat``, or per-relation fanouts) samples per relation (the typed
+sampler, blocks carrying edge types) and a relational model reads each vertex
+type's own features (:class:`~gnnflow.strategies.relational.TypedGraph`).
+
 Everything random is seeded from ``cfg.seed``: model init, batch shuffling and
 dropout are checkpointed; neighbour draws are a function of (seed, epoch, batch,
 layer, vertex) (:mod:`gnnflow.sampling.draws`), the same draws every distributed
@@ -25,14 +30,14 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from gnnflow.config import TrainConfig
+from gnnflow.config import RELATIONAL_MODELS, TrainConfig
 from gnnflow.data.store import GraphStore, open_store
 from gnnflow.errors import ConfigError
-from gnnflow.nn import build_model_from_config
+from gnnflow.nn import TypedRows, build_model_from_config
 from gnnflow.options import StrategyOptions, option
 from gnnflow.results.schema import Recorder
 from gnnflow.runtime.context import RankContext
-from gnnflow.sampling import Block, NeighborSampler, full_blocks
+from gnnflow.sampling import Block, NeighborSampler, full_blocks, sort_rows_by_type
 from gnnflow.strategies.base import Strategy
 from gnnflow.strategies.common import (
     batch_generator,
@@ -45,6 +50,7 @@ from gnnflow.strategies.common import (
     seed_everything,
 )
 from gnnflow.strategies.memory import BASE, CHUNK, EVAL_CHUNKS, RunSizes
+from gnnflow.strategies.relational import TypedGraph
 
 
 @dataclass(frozen=True)
@@ -59,6 +65,7 @@ class SingleProcess(Strategy):
 
     name: ClassVar[str] = "single"
     distributed: ClassVar[bool] = False
+    relational: ClassVar[bool] = True
     Options = SingleOptions
 
     @classmethod
@@ -83,35 +90,53 @@ class SingleProcess(Strategy):
         self.sampler: NeighborSampler | None = None
         self.batch_gen = batch_generator(cfg.seed)
         self.full: list[Block] | None = None
-        self.features: torch.Tensor | None = None
+        self.features: torch.Tensor | TypedRows | None = None
+        self.typed: TypedGraph | None = None
         self.degrees: tuple[torch.Tensor, torch.Tensor] | None = None
 
     def prepare(self) -> None:
         cfg = self.cfg
         self.store = store = open_store(cfg.graph)
-        if store.features is None:
+        self.typed = typed = TypedGraph(store) if cfg.relational else None
+        if store.features is None and cfg.model not in RELATIONAL_MODELS:
             raise ConfigError(f"graph {cfg.graph}: has no features.npy; training needs vertex features")
         self.graph = graph = model_graph(store, cfg)  # A or A + I, as every strategy builds it
         seed_everything(cfg.seed)
-        self.model = build_model_from_config(cfg, store.feature_dim, store.num_classes).to(self.ctx.device)
+        self.model = build_model_from_config(cfg, store.feature_dim, store.num_classes,
+                                             schema=typed.schema if typed else None).to(self.ctx.device)
         self.optimizer = make_optimizer(self.model, cfg)
         self.labels = torch.from_numpy(np.array(store.labels, dtype=np.int64))
         self.train_ids = torch.from_numpy(np.array(store.train_idx, dtype=np.int64))
         if self.full_batch:
-            self.full = [b.to(self.ctx.device) for b in full_blocks(graph.indptr, graph.indices, 1)] * cfg.num_layers
-            self.features = torch.from_numpy(np.array(store.features, dtype=np.float32)).to(self.ctx.device)
+            if typed is None:
+                full = full_blocks(graph.indptr, graph.indices, 1)
+            else:
+                indices, etypes = sort_rows_by_type(graph.indptr, graph.indices, np.asarray(typed.etypes))
+                full = full_blocks(graph.indptr, indices, 1, etypes, typed.vertex_types())
+            self.full = [b.to(self.ctx.device) for b in full] * cfg.num_layers
+            self.features = self.input_rows(torch.arange(store.num_nodes)).to(self.ctx.device)
         else:
             fanouts = cfg.fanouts or [-1] * cfg.num_layers
-            self.sampler = NeighborSampler(graph.indptr, graph.indices, fanouts, seed=cfg.seed)
+            self.sampler = (NeighborSampler(graph.indptr, graph.indices, fanouts, seed=cfg.seed) if typed is None
+                            else typed.sampler(graph.indptr, graph.indices, fanouts, seed=cfg.seed))
             # GCN on whole-graph degrees (cfg.gcn_degrees), as the distributed mini-batch strategies
             self.degrees = graph_degrees(graph.indptr, graph.indices) if cfg.graph_degrees else None
+
+    def input_rows(self, ids: torch.Tensor) -> torch.Tensor | TypedRows:
+        """The model's input rows of vertices ``ids``: per-type rows for a relational model,
+        else rows of the store's (common-width) features."""
+        assert self.store is not None
+        if self.typed is not None and self.cfg.model in RELATIONAL_MODELS:
+            return self.typed.rows(ids)
+        assert self.store.features is not None
+        return feature_rows(self.store.features, ids)
 
     def run_epoch(self, epoch: int, rec: Recorder) -> float:
         assert self.model is not None
         self.model.train()
         if self.full_batch:
             return self._full_batch_step(rec)
-        assert self.sampler is not None and self.store is not None and self.store.features is not None
+        assert self.sampler is not None and self.store is not None
         total, count = 0.0, 0
         for index, targets in enumerate(batches(self.train_ids, self.cfg.batch_size, self.batch_gen)):
             with rec.timer("sample"):
@@ -122,11 +147,11 @@ class SingleProcess(Strategy):
                         b.src_deg, b.dst_deg = out_deg[b.src_ids], in_deg[b.dst_ids]
             rec.count("sampled_edges", sum(b.num_edges for b in blocks))
             with rec.timer("load"):
-                x = feature_rows(self.store.features, blocks[0].src_ids)
+                x = self.input_rows(blocks[0].src_ids)
                 y = self.labels[targets]
                 blocks = [b.to(self.ctx.device) for b in blocks]
                 x, y = x.to(self.ctx.device), y.to(self.ctx.device)
-            rec.count("features_loaded", x.shape[0])
+            rec.count("features_loaded", len(x))
             loss = self._step(blocks, x, y, rec)
             total += loss * targets.shape[0]
             count += targets.shape[0]
@@ -141,7 +166,7 @@ class SingleProcess(Strategy):
         rec.count("iterations")
         return loss
 
-    def _step(self, blocks: list[Block], x: torch.Tensor, y: torch.Tensor, rec: Recorder,
+    def _step(self, blocks: list[Block], x: torch.Tensor | TypedRows, y: torch.Tensor, rec: Recorder,
               rows: torch.Tensor | None = None) -> float:
         assert self.model is not None and self.optimizer is not None
         with rec.timer("forward_backward"):
@@ -157,7 +182,7 @@ class SingleProcess(Strategy):
 
     def evaluate(self) -> dict[str, float]:
         assert self.model is not None
-        return evaluate_full(self.model, self.graph, self.ctx.device)
+        return evaluate_full(self.model, self.graph, self.ctx.device, typed=self.typed)
 
     def state_dict(self) -> dict[str, Any]:
         state = super().state_dict()
