@@ -156,8 +156,10 @@ def feature_rows(features: np.ndarray, ids: torch.Tensor) -> torch.Tensor:
 
 @torch.no_grad()
 def full_inference(model: GNN, indptr: np.ndarray, indices: np.ndarray, features: np.ndarray,
-                   device: torch.device | str = "cpu", chunk_size: int = 65536) -> torch.Tensor:
-    """Logits of every vertex with full neighbourhoods, computed layer by layer in chunks."""
+                   device: torch.device | str = "cpu", chunk_size: int = 65536,
+                   layers: int | None = None) -> torch.Tensor:
+    """Logits of every vertex with full neighbourhoods, computed layer by layer in chunks; with
+    ``layers = k`` the outputs of layer ``k`` instead (the first ``k`` layers run; an embedding)."""
     device = torch.device(device)
     indptr = np.asarray(indptr)
     num_nodes = indptr.shape[0] - 1
@@ -173,7 +175,7 @@ def full_inference(model: GNN, indptr: np.ndarray, indices: np.ndarray, features
             block, _ = sampler.sample_layer(chunk, -1, 0)
             block.src_deg, block.dst_deg = out_deg[block.src_ids], in_deg[block.dst_ids]
             blocks.append(block)
-        for i in range(model.num_layers):
+        for i in range(model.num_layers if layers is None else layers):
             outs = []
             for b in blocks:
                 h_src = feature_rows(features, b.src_ids) if h is None else h[b.src_ids]
