@@ -176,11 +176,17 @@ def full_inference(model: GNN, indptr: np.ndarray, indices: np.ndarray, features
             block.src_deg, block.dst_deg = out_deg[block.src_ids], in_deg[block.dst_ids]
             blocks.append(block)
         for i in range(model.num_layers if layers is None else layers):
-            outs = []
-            for b in blocks:
+            # each chunk's rows go straight into the layer's table (concatenating the chunks'
+            # outputs would hold every hidden row twice)
+            out: torch.Tensor | None = None
+            for chunk, b in zip(chunks, blocks, strict=True):
                 h_src = feature_rows(features, b.src_ids) if h is None else h[b.src_ids]
-                outs.append(model.layer_step(i, b.to(device), h_src.to(device)).cpu())
-            h = torch.cat(outs)
+                y = model.layer_step(i, b.to(device), h_src.to(device)).cpu()
+                if out is None:
+                    out = torch.empty((num_nodes, *y.shape[1:]), dtype=y.dtype)
+                out[int(chunk[0]):int(chunk[-1]) + 1] = y
+                del h_src, y
+            h = out
     finally:
         model.train(was_training)
     assert h is not None
