@@ -70,9 +70,11 @@ def test_single_run_predictions_give_the_recorded_accuracies(runs, tmp_path, whi
 
 
 @pytest.mark.parametrize("ranks", [None, "2"], ids=["one-process", "two-ranks"])
-def test_data_parallel_run_predictions_give_the_recorded_accuracy(runs, tmp_path, ranks):
+def test_data_parallel_run_predictions_give_the_recorded_accuracy(runs, tmp_path, capsys, ranks):
     args = ["--workers", ranks] if ranks else []
     df = _predict(runs["data"], tmp_path / "p.parquet", *args)
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["rows"] == 400 and summary["workers"] == (2 if ranks else 1)
     assert sorted(df["vertex"]) == list(range(400))  # every vertex once, whichever rank owns it
     for which in ("final", "best"):
         if which == "best":
@@ -128,6 +130,14 @@ def test_bad_requests_fail_in_one_line_and_leave_nothing(runs, tmp_path, capsys)
     _one_line_error(capsys, [*base, "--layer", "1"], "--layer: only with --embeddings")
     _one_line_error(capsys, [*base, "--workers", "2"], "needs --partition")
     _one_line_error(capsys, [*base, "--partition", str(runs["book"]), "--workers", "3"], "2 parts")
+    from gnnflow.data.synthetic import prepare_synthetic
+
+    other = prepare_synthetic(tmp_path / "other", num_nodes=50, feature_dim=5, num_classes=4).path
+    _one_line_error(capsys, [*base, "--graph", str(other)], "do not fit graph", "(5 features, 4 classes)",
+                    "layers.0.weight is (12, 16) in the file, the model needs (5, 16)")
+    import shutil
+
+    shutil.rmtree(other)
     (runs["single"] / "model-best.pt").rename(tmp_path / "kept.pt")
     try:
         _one_line_error(capsys, [*base, "--which", "best"], "model-best.pt: missing")

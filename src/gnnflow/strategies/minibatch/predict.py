@@ -95,12 +95,14 @@ class TrainedRun:
         """The trained model in eval mode; one line when the weights do not fit ``graph``."""
         name = strategy_class(self.cfg.strategy).model_name(self.cfg)
         net = build_model_from_config(self.cfg, in_dim, classes, model=name)
-        try:
-            net.load_state_dict(self.state)
-        except RuntimeError as exc:
-            shapes = {k: tuple(v.shape) for k, v in self.state.items()}
-            raise ConfigError(f"{self.weights_file}: weights of {name} do not fit graph {graph} ({in_dim} features, "
-                              f"{classes} classes): {str(exc).splitlines()[0]} {shapes}") from None
+        want = {k: tuple(v.shape) for k, v in net.state_dict().items()}
+        have = {k: tuple(v.shape) for k, v in self.state.items()}
+        for key in sorted(want.keys() | have.keys()):
+            if want.get(key) != have.get(key):
+                raise ConfigError(f"{self.weights_file}: weights of {name} do not fit graph {graph} ({in_dim} "
+                                  f"features, {classes} classes): {key} is {have.get(key, 'missing')} in the file, "
+                                  f"the model needs {want.get(key, 'none')}")
+        net.load_state_dict(self.state)
         return net.eval()
 
 
@@ -213,7 +215,8 @@ def predict_whole_graph(job: PredictJob, device: torch.device | str = "cpu") -> 
             writer.write(np.arange(start, stop, dtype=np.int64), out[start:stop].numpy())
     finally:
         writer.close()
-    return {"rows": writer.rows, "width": int(out.shape[1]), "peak_rss_mib": proc_memory("VmHWM") / 2**20}
+    return {"rows": writer.rows, "written": writer.rows, "width": int(out.shape[1]),
+            "peak_rss_mib": proc_memory("VmHWM") / 2**20}
 
 
 def _predict_rank(ctx: RankContext, job: PredictJob) -> dict[str, Any]:
@@ -255,8 +258,8 @@ def _predict_rank(ctx: RankContext, job: PredictJob) -> dict[str, Any]:
     finally:
         if writer is not None:
             writer.close()
-    return {"rank": ctx.rank, "rows": int(ids.shape[0]), "width": width,
-            "peak_rss_mib": proc_memory("VmHWM") / 2**20}
+    return {"rank": ctx.rank, "rows": int(ids.shape[0]), "written": writer.rows if writer is not None else 0,
+            "width": width, "peak_rss_mib": proc_memory("VmHWM") / 2**20}
 
 
 def predict(run_dir: str | Path, out: str | Path, *, graph: str | None = None, partition: str | None = None,
@@ -294,7 +297,7 @@ def predict(run_dir: str | Path, out: str | Path, *, graph: str | None = None, p
     with atomic_file(out) as tmp:  # any failure, on any rank, removes it
         job.out = str(tmp)
         results = _run(job, workers, device)
-    summary = {"out": str(out), "rows": sum(r["rows"] for r in results), "columns": _columns(layer, results[0]["width"]),
+    summary = {"out": str(out), "rows": results[0]["written"], "columns": _columns(layer, results[0]["width"]),
                "which": which, "weights": str(run.weights_file), "output": meta["output"], "workers": workers,
                "peak_rss_mib": round(max(r["peak_rss_mib"] for r in results), 1)}
     summary["estimate_mib"] = {k: round(v / 2**20, 1) for k, v in memory_estimate(cfg, graph, partition, workers).items()}
