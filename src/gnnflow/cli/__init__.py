@@ -27,6 +27,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "stage": ("gnnflow.cli.stage", "copy the shards of some parts and small metadata to a host-local directory"),
     "partition-report": ("gnnflow.cli.partition_report", "quality metrics of a partition book"),
     "train": ("gnnflow.cli.train", "train with a strategy (single, data, split, p3, fullbatch, hec, dgcl, distdgl)"),
+    "predict": ("gnnflow.cli.predict", "every vertex's predictions or embeddings of a trained run, as Parquet"),
     "verify": ("gnnflow.cli.verify", "check a distributed strategy against single-process training"),
     "plan": ("gnnflow.cli.plan", "model the halo-exchange cost of each communication planner (DGCL)"),
     "topology": ("gnnflow.cli.topology", "topology presets and probing of local link bandwidth"),

@@ -8,6 +8,11 @@ Sources (docs/data.md describes each):
 * ``planetoid NAME`` or ``cora|citeseer|pubmed``  from the original ``ind.<name>.*`` files
 * ``snap NAME|--file F`` SNAP edge lists with random features and labels
 * ``import DIR``         bring your own graph (layout in docs/data.md)
+* ``npz FILE``           an attributed graph in Shchur et al.'s ``.npz`` layout (Amazon, Coauthor,
+                         CitationFull)
+
+Sources without a split of their own (``npz``; ``import`` without split files) draw one with
+``--split random|per-class`` (:mod:`gnnflow.data.splits`).
 
 Every source writes through :func:`gnnflow.data.store.write_store`, which is
 atomic: a failing run leaves no output directory behind.
@@ -50,6 +55,29 @@ def _raw_dir(p: argparse.ArgumentParser, what: str) -> None:
 def _directed(p: argparse.ArgumentParser) -> None:
     p.add_argument("--directed", action="store_true",
                    help="keep edges one-way as given (default: store both directions)")
+
+
+def _split(p: argparse.ArgumentParser, method: str, when: str) -> None:
+    """The split a source draws ``when`` it has none (:class:`gnnflow.data.splits.SplitSpec`)."""
+    from gnnflow.data.splits import SPLIT_METHODS
+
+    p.add_argument("--split", choices=SPLIT_METHODS, default=method,
+                   help=f"{when}: random (--train-frac, --val-frac of the labelled vertices) or per-class "
+                        f"(--train-per-class and --val-per-class vertices of each class, the rest test); "
+                        f"drawn with --seed (default {method})")
+    p.add_argument("--train-frac", type=float, default=0.6, help="--split random: training share (default 0.6)")
+    p.add_argument("--val-frac", type=float, default=0.2, help="--split random: validation share (default 0.2)")
+    p.add_argument("--train-per-class", type=int, default=20, metavar="K",
+                   help="--split per-class: training vertices per class (default 20, Shchur et al.)")
+    p.add_argument("--val-per-class", type=int, default=30, metavar="M",
+                   help="--split per-class: validation vertices per class (default 30)")
+
+
+def _split_spec(args: argparse.Namespace) -> Any:
+    from gnnflow.data.splits import SplitSpec
+
+    return SplitSpec(method=args.split, train_frac=args.train_frac, val_frac=args.val_frac,
+                     train_per_class=args.train_per_class, val_per_class=args.val_per_class, seed=args.seed)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -124,9 +152,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument("directory", type=Path, help="input directory")
     _common(p)
     _directed(p)
-    p.add_argument("--train-frac", type=float, default=0.6,
-                   help="used only when the directory has no split files")
-    p.add_argument("--val-frac", type=float, default=0.2)
+    _split(p, "random", "when the directory has no split files")
+
+    p = sub.add_parser("npz", help="attributed graph in Shchur et al.'s .npz layout (Amazon, Coauthor, "
+                                   "CitationFull)")
+    p.add_argument("file", type=Path, help="the .npz file")
+    _common(p)
+    _directed(p)
+    p.add_argument("--binarize-features", action="store_true",
+                   help="set every positive attribute to 1, as PyG's read_npz does")
+    _split(p, "per-class", "the file has no split")
 
 
 def _hetero_options(p: argparse.ArgumentParser) -> None:
@@ -198,7 +233,11 @@ def prepare(args: argparse.Namespace) -> Any:
         from gnnflow.data.importer import prepare_import
 
         return prepare_import(args.directory, args.out, symmetrize=not args.directed,
-                              train_frac=args.train_frac, val_frac=args.val_frac,
-                              seed=args.seed, **common)
+                              split=_split_spec(args), **common)
+    if src == "npz":
+        from gnnflow.data.npz import prepare_npz
+
+        return prepare_npz(args.file, args.out, symmetrize=not args.directed,
+                           binarize_features=args.binarize_features, split=_split_spec(args), **common)
     print(f"unknown source {src}", file=sys.stderr)  # pragma: no cover - argparse rejects it
     return 2

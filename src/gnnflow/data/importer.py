@@ -17,8 +17,9 @@
 
 Vertex ids must already be ``0..N-1``; ``N`` is ``graph.json``'s ``num_nodes``,
 else the row count of ``features.npy`` or ``labels.npy``, else ``max id + 1``.
-Without split files the labelled vertices are split at random (``--train-frac``,
-``--val-frac``, seeded).  Every inconsistency (a missing or truncated file, an
+Without split files a split is drawn from the labelled vertices
+(:class:`gnnflow.data.splits.SplitSpec`: ``--split random`` with ``--train-frac`` and
+``--val-frac``, or ``--split per-class``; seeded).  Every inconsistency (a missing or truncated file, an
 out-of-range id, a label count that differs from the vertex count) raises one
 GnnflowError naming the file, before anything is written.
 """
@@ -34,15 +35,16 @@ import numpy as np
 
 from gnnflow.data.arrays import load_edge_list, load_npy
 from gnnflow.data.csr import build_csr, check_edge_ids
+from gnnflow.data.splits import SplitSpec
 from gnnflow.data.store import GraphStore, write_store
-from gnnflow.errors import ConfigError, GnnflowError
+from gnnflow.errors import GnnflowError
 
 EDGE_FILES = ("edges.npy", "edges.parquet", "edges.csv", "edges.csv.gz", "edges.tsv",
               "edges.tsv.gz", "edges.txt", "edges.txt.gz")
 
 
-def _read_split(d: Path, n: int, labels: np.ndarray, train_frac: float, val_frac: float,
-                seed: int) -> tuple[dict[str, np.ndarray], str]:
+def _read_split(d: Path, n: int, labels: np.ndarray, num_classes: int,
+                split: SplitSpec) -> tuple[dict[str, np.ndarray], str]:
     names = ("train", "val", "test")
     idx_files = [d / f"{s}_idx.npy" for s in names]
     mask_files = [d / f"{s}_mask.npy" for s in names]
@@ -68,13 +70,7 @@ def _read_split(d: Path, n: int, labels: np.ndarray, train_frac: float, val_frac
                 raise GnnflowError(f"{f}: mask has shape {mask.shape}, expected ({n},)")
             out[s] = np.flatnonzero(mask.astype(bool)).astype(np.int64)
         return out, "masks"
-    if not (0 < train_frac < 1 and 0 <= val_frac and train_frac + val_frac < 1):
-        raise ConfigError(f"--train-frac {train_frac} / --val-frac {val_frac} must leave a test split")
-    rng = np.random.default_rng(seed)
-    pool = rng.permutation(np.flatnonzero(labels >= 0))
-    k_tr, k_va = int(round(train_frac * pool.size)), int(round(val_frac * pool.size))
-    return ({"train": np.sort(pool[:k_tr]), "val": np.sort(pool[k_tr : k_tr + k_va]),
-             "test": np.sort(pool[k_tr + k_va :])}, f"random (seed {seed})")
+    return split.draw(labels, num_classes)
 
 
 def _read_features(d: Path) -> tuple[Any, Path | None]:
@@ -98,9 +94,9 @@ def _read_features(d: Path) -> tuple[Any, Path | None]:
 
 
 def read_import_dir(directory: str | os.PathLike[str], *, symmetrize: bool = True,
-                    train_frac: float = 0.6, val_frac: float = 0.2,
-                    seed: int = 0) -> dict[str, Any]:
-    """Keyword arguments for ``write_store`` from a bring-your-own-graph directory."""
+                    split: SplitSpec | None = None) -> dict[str, Any]:
+    """Keyword arguments for ``write_store`` from a bring-your-own-graph directory; ``split``:
+    how to draw a split when the directory has no split files (default: random 60/20/20)."""
     d = Path(directory)
     if not d.is_dir():
         raise GnnflowError(f"{d}: no such directory")
@@ -147,7 +143,7 @@ def read_import_dir(directory: str | os.PathLike[str], *, symmetrize: bool = Tru
     if labels.size and int(labels.max()) >= num_classes:
         raise GnnflowError(f"{d / 'graph.json'}: num_classes {num_classes} <= largest label "
                            f"{int(labels.max())}")
-    splits, split_how = _read_split(d, n, labels, train_frac, val_frac, seed)
+    splits, split_how = _read_split(d, n, labels, num_classes, split or SplitSpec())
     labels_file = str(d / "labels.npy") if (d / "labels.npy").exists() else \
         f"{d} (no labels.npy: every vertex is unlabelled)"
     # a random split is drawn from the labelled vertices
@@ -171,12 +167,10 @@ def read_import_dir(directory: str | os.PathLike[str], *, symmetrize: bool = Tru
 
 
 def prepare_import(directory: str | os.PathLike[str], out: str | os.PathLike[str], *,
-                   symmetrize: bool = True, train_frac: float = 0.6, val_frac: float = 0.2,
-                   seed: int = 0, overwrite: bool = False, name: str | None = None,
-                   normalize_features: str = "none") -> GraphStore:
+                   symmetrize: bool = True, split: SplitSpec | None = None, overwrite: bool = False,
+                   name: str | None = None, normalize_features: str = "none") -> GraphStore:
     """Read a bring-your-own-graph directory and write it as a graph store."""
-    data = read_import_dir(directory, symmetrize=symmetrize, train_frac=train_frac,
-                           val_frac=val_frac, seed=seed)
+    data = read_import_dir(directory, symmetrize=symmetrize, split=split)
     if name:
         data["name"] = name
     return write_store(out, overwrite=overwrite, normalize_features=normalize_features, **data)

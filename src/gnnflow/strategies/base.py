@@ -86,6 +86,12 @@ class Strategy(ABC):
         return {"baseline": BASE, **shard_bytes(parts[r], sizes)}, {}
 
     @classmethod
+    def model_name(cls, cfg: TrainConfig) -> str:
+        """The :func:`gnnflow.nn.build_model` name of the model this strategy trains for ``cfg``
+        (what ``gnnflow predict`` rebuilds from a run's weights); the base: ``cfg.model``."""
+        return cfg.model
+
+    @classmethod
     def book_parts(cls, cfg: TrainConfig) -> int | None:
         """How many parts ``cfg.partition`` must have for this strategy (None: no book is read)."""
         return cfg.workers if cls.distributed and cfg.partition else None

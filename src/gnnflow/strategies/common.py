@@ -162,8 +162,9 @@ def feature_rows(features: np.ndarray, ids: torch.Tensor) -> torch.Tensor:
 @torch.no_grad()
 def full_inference(model: GNN, indptr: np.ndarray, indices: np.ndarray, features: np.ndarray | None,
                    device: torch.device | str = "cpu", chunk_size: int = 65536,
-                   typed: TypedGraph | None = None) -> torch.Tensor:
-    """Logits of every vertex with full neighbourhoods, computed layer by layer in chunks.
+                   typed: TypedGraph | None = None, layers: int | None = None) -> torch.Tensor:
+    """Logits of every vertex with full neighbourhoods, computed layer by layer in chunks; with
+    ``layers = k`` the outputs of layer ``k`` instead (the first ``k`` layers run; an embedding).
     ``typed``: the graph's types (blocks carry them; a model with an input layer reads
     per-type rows instead of ``features``)."""
     device = torch.device(device)
@@ -182,9 +183,11 @@ def full_inference(model: GNN, indptr: np.ndarray, indices: np.ndarray, features
             block, _ = sampler.sample_layer(chunk, -1, 0)
             block.src_deg, block.dst_deg = out_deg[block.src_ids], in_deg[block.dst_ids]
             blocks.append(block)
-        for i in range(model.num_layers):
-            outs = []
-            for b in blocks:
+        for i in range(model.num_layers if layers is None else layers):
+            # each chunk's rows go straight into the layer's table (concatenating the chunks'
+            # outputs would hold every hidden row twice)
+            out: torch.Tensor | None = None
+            for chunk, b in zip(chunks, blocks, strict=True):
                 if h is not None:
                     h_src = h[b.src_ids].to(device)
                 elif typed_rows:
@@ -193,8 +196,12 @@ def full_inference(model: GNN, indptr: np.ndarray, indices: np.ndarray, features
                 else:
                     assert features is not None
                     h_src = feature_rows(features, b.src_ids).to(device)
-                outs.append(model.layer_step(i, b.to(device), h_src).cpu())
-            h = torch.cat(outs)
+                y = model.layer_step(i, b.to(device), h_src).cpu()
+                if out is None:
+                    out = torch.empty((num_nodes, *y.shape[1:]), dtype=y.dtype)
+                out[int(chunk[0]):int(chunk[-1]) + 1] = y
+                del h_src, y
+            h = out
     finally:
         model.train(was_training)
     assert h is not None

@@ -336,6 +336,11 @@ class DistDGLBaseline(Strategy):
             raise ConfigError("gcn_degrees=graph: DGL's GraphConv normalises a sampled block by its own "
                               "degrees; run the DistDGL peer with --gcn-degrees block")
 
+    @classmethod
+    def model_name(cls, cfg: Any) -> str:
+        raise ConfigError("strategy distdgl trains DGL's own layers (gnnflow.nn.peer), not a gnnflow model; "
+                          "predict from a run of another strategy")
+
     def __init__(self, cfg: Any, ctx: RankContext) -> None:
         super().__init__(cfg, ctx)
         self.servers: list[subprocess.Popen] = []

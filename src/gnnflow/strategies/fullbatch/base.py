@@ -74,6 +74,11 @@ class FullBatchBase(Strategy):
         return None
 
     @classmethod
+    def model_name(cls, cfg: Any) -> str:
+        """GCN with the option ``norm=right`` is the row-normalised ``gcn-right``."""
+        return gcn_model_name(cfg.model, cls.parse_options(cfg).options.norm)
+
+    @classmethod
     def memory_terms(cls, run: RunSizes, r: int) -> tuple[dict[str, int], dict[str, int]]:
         """The shard, the part's ``Â`` tiles (12 bytes per non-zero, the self-loops included) and
         MG-GCN §4.2's shared buffers (aggregated input, every layer's output, one scratch)."""

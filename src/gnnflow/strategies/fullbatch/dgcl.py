@@ -56,10 +56,7 @@ from gnnflow.results.schema import Recorder
 from gnnflow.runtime.context import RankContext
 from gnnflow.sampling import Block
 from gnnflow.strategies.common import graph_degrees, model_graph, seed_everything
-from gnnflow.strategies.fullbatch.base import (
-    FullBatchBase,
-    gcn_model_name,
-)
+from gnnflow.strategies.fullbatch.base import FullBatchBase
 from gnnflow.strategies.memory import DGCL_DST, DGCL_SRC, RunSizes
 
 # where a plan's table names things of this run only (its shared-memory folder)
@@ -242,7 +239,7 @@ class PlannedHalo(FullBatchBase):
         seed_everything(self.cfg.seed)
         assert self.features is not None
         self.model = build_model_from_config(self.cfg, self.features.shape[1], num_classes,
-                                             model=gcn_model_name(self.cfg.model, self.norm)).to(dev)
+                                             model=self.model_name(self.cfg)).to(dev)
         self.optimizer = self.build_optimizer()
         self.digest = plan_digest(self.planner, self.table, self.blocks)
 

@@ -43,10 +43,7 @@ from gnnflow.results.schema import Recorder
 from gnnflow.runtime.context import RankContext
 from gnnflow.runtime.devices import HOST
 from gnnflow.strategies.common import read_only_tensor, seed_everything
-from gnnflow.strategies.fullbatch.base import (
-    FullBatchBase,
-    gcn_model_name,
-)
+from gnnflow.strategies.fullbatch.base import FullBatchBase
 from gnnflow.strategies.fullbatch.spmm import (
     BroadcastSpMM,
     csr_tiles,
@@ -309,7 +306,7 @@ class FullBatch(FullBatchBase):
             _global_max(int(rows.labels.max(initial=-1)) + 1)
         seed_everything(self.cfg.seed)
         self.model = build_model_from_config(self.cfg, rows.features.shape[1], num_classes,
-                                             model=gcn_model_name("gcn", self.norm)).to(dev)
+                                             model=self.model_name(self.cfg)).to(dev)
         self.dims = [rows.features.shape[1]] + [layer_params(m)[0].shape[1] for m in self.model.layers]
         self.optimizer = self.build_optimizer()
 

@@ -73,7 +73,6 @@ from gnnflow.comm.collectives import (
     all_gather,
     all_reduce_gradients,
     broadcast,
-    part_degrees,
     world,
 )
 from gnnflow.errors import ConfigError
@@ -530,25 +529,21 @@ class MiniBatchStrategy(Strategy):
         (inner, then halo; a halo vertex's in-degree is not known here and is 0).  Collective:
         a source's out-degree is spread over the parts that hold its out-edges, so the halo
         vertices' totals come from their owners (one exchange, once)."""
-        if getattr(self, "_local_degrees", None) is not None:
-            return self._local_degrees
-        inner = self.global_degrees()
-        store = FeatureStore(self.part, self.node_part, local_rows=inner[:, 1:], group=self.part_group)
-        halo_out = store.fetch(self.part.halo_ids)[:, 0]
-        halo = torch.stack([torch.zeros_like(halo_out), halo_out], 1)
-        self._local_degrees = torch.cat([inner, halo], 0)
+        from gnnflow.strategies.minibatch.inference import local_degrees
+
+        if getattr(self, "_local_degrees", None) is None:
+            self._local_degrees = local_degrees(self.part, self.node_part, self.global_degrees(), self.part_group)
         return self._local_degrees
 
     def global_degrees(self) -> torch.Tensor:
         """``[num_inner, 2]`` float32: whole-graph in- and out-degree of this rank's vertices.  Collective.
 
-        Counted from the parts (:func:`gnnflow.comm.collectives.part_degrees`).
+        Counted from the parts (:func:`gnnflow.strategies.minibatch.inference.inner_degrees`).
         """
-        if getattr(self, "_global_degrees", None) is not None:
-            return self._global_degrees
-        in_deg, out_inner = part_degrees(self.part, self.node_part, self.part_group)
-        # float32 rows (exact below 2**24) so they travel through the feature store
-        self._global_degrees = torch.from_numpy(np.stack([in_deg, out_inner], 1).astype(np.float32))
+        from gnnflow.strategies.minibatch.inference import inner_degrees
+
+        if getattr(self, "_global_degrees", None) is None:
+            self._global_degrees = inner_degrees(self.part, self.node_part, self.part_group)
         return self._global_degrees
 
     def inference(self) -> torch.Tensor:

@@ -39,7 +39,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from gnnflow.comm.collectives import all_reduce, world
+from gnnflow.comm.collectives import all_reduce, part_degrees, world
 from gnnflow.io import release_pages, ticking
 from gnnflow.runtime.devices import HOST
 from gnnflow.sampling import Block
@@ -103,7 +103,7 @@ def _chunk_rows(num_inner: int, num_edges: int, dim: int) -> int:
     return int(min(65536, max(1, chunk_bytes() // per_row)))
 
 
-def _rounds(n_chunks: int, group: Any) -> int:
+def max_over_ranks(n_chunks: int, group: Any = None) -> int:
     """The most chunks any rank has (every rank runs that many exchange rounds)."""
     if world(group)[1] == 1:
         return n_chunks
@@ -142,32 +142,59 @@ def _empty_block() -> Block:
                  src_deg=torch.zeros(0), dst_deg=torch.zeros(0))
 
 
+def inner_degrees(part: Any, node_part: np.ndarray, group: Any = None) -> torch.Tensor:
+    """``[num_inner, 2]`` float32: whole-graph in- and out-degree of ``part``'s inner vertices,
+    counted from the parts (:func:`gnnflow.comm.collectives.part_degrees`).  Collective.  Float32
+    rows (exact below 2**24) so that they travel through a feature store."""
+    in_deg, out_inner = part_degrees(part, node_part, group)
+    return torch.from_numpy(np.stack([in_deg, out_inner], 1).astype(np.float32))
+
+
+def local_degrees(part: Any, node_part: np.ndarray, inner: torch.Tensor | None = None,
+                  group: Any = None) -> torch.Tensor:
+    """``[num_local, 2]`` float32 whole-graph (in, out)-degrees of ``part``'s local vertices
+    (inner, then halo; a halo vertex's in-degree is not known here and is 0): what
+    :func:`layerwise_inference` takes for GCN.  ``inner``: :func:`inner_degrees`, when already
+    known.  Collective: a source's out-degree is spread over the parts that hold its out-edges,
+    so the halo vertices' totals come from their owners (one exchange)."""
+    if inner is None:
+        inner = inner_degrees(part, node_part, group)
+    store = FeatureStore(part, node_part, local_rows=inner[:, 1:], group=group)
+    halo_out = store.fetch(part.halo_ids)[:, 0]
+    return torch.cat([inner, torch.stack([torch.zeros_like(halo_out), halo_out], 1)], 0)
+
+
 @torch.no_grad()
 def layerwise_inference(net: Any, part: Any, node_part: np.ndarray, device: torch.device,
-                        degrees: torch.Tensor | None = None, group: Any = None) -> torch.Tensor:
+                        degrees: torch.Tensor | None = None, group: Any = None,
+                        layers: int | None = None, chunk_rows: int | None = None) -> torch.Tensor:
     """Logits of ``part``'s inner vertices (see the module docstring).  ``degrees``: the
-    ``[num_local, 2]`` whole-graph (in, out)-degrees of the part's local vertices, for GCN."""
+    ``[num_local, 2]`` whole-graph (in, out)-degrees of the part's local vertices, for GCN.
+    ``layers = k``: the outputs of layer ``k`` instead (the first ``k`` layers run; an
+    embedding).  ``chunk_rows``: destinations per chunk (default: about ``chunk_bytes()`` of
+    source rows)."""
     was = net.training
     net.eval()
     n_in = part.num_inner
     halo = np.asarray(part.halo_ids, dtype=np.int64)
     table: Any = part.features  # layer 0 reads the memory-mapped feature shard
     scratch: ScratchRows | None = None
+    stop = net.num_layers if layers is None else layers
     try:
-        for layer in range(net.num_layers):
+        for layer in range(stop):
             dim = int(table.shape[1])
             # the layer's output shape (an empty block: every rank knows it, even one owning nothing)
             shape = net.layer_step(layer, _empty_block().to(device),
                                    torch.zeros((0, dim), device=device)).shape[1:]
-            last = layer == net.num_layers - 1
+            last = layer == stop - 1
             out = torch.empty((n_in, *shape)) if last else None
             nxt = None if last else ScratchRows(n_in, int(math.prod(shape)))
-            step = _chunk_rows(n_in, part.num_edges, dim)
+            step = chunk_rows or _chunk_rows(n_in, part.num_edges, dim)
             chunks = [np.arange(s, min(s + step, n_in), dtype=np.int64) for s in range(0, n_in, step)]
             store = FeatureStore(part, node_part, local_rows=table, group=group)
-            rounds: Any = range(_rounds(len(chunks), group))
+            rounds: Any = range(max_over_ranks(len(chunks), group))
             if world()[0] == 0:
-                rounds = ticking(rounds, f"evaluation, layer {layer + 1}/{net.num_layers}: chunk", len(rounds))
+                rounds = ticking(rounds, f"evaluation, layer {layer + 1}/{stop}: chunk", len(rounds))
             for c in rounds:
                 if c >= len(chunks):  # this rank is done; it still serves its peers' requests
                     store.fetch(np.zeros(0, dtype=np.int64))
