@@ -203,6 +203,7 @@ class SplitParallel(MiniBatchStrategy):
         if cfg.adds_self_loops:  # the model's graph is A + I, as in every strategy
             self.part = self.part.with_self_loops()
         self.num_classes = int(self.meta["num_classes"])
+        self.part.check_labels(self.num_classes)
         self.in_dim = int(self.part.features.shape[1]) if self.part.features is not None else 0
         self.graph = SplitGraph.from_part(self.part, self.node_part, k)
         self.node_part_t = as_long_tensor(self.node_part)
