@@ -248,7 +248,7 @@ class EmbeddingPush:
         if in_epoch:
             pending = [[(it, torch.cat(p.wait(), 0).cpu(), list(p.recv_counts)) for it, p in layer]
                        for layer in self._pending]
-            state["epoch"] = {"iteration": self.iteration, "num_iterations": self.num_iterations,
+            state["in_epoch"] = {"iteration": self.iteration, "num_iterations": self.num_iterations,
                               "pending": pending, "stats": [vars(s).copy() for s in self.stats],
                               "cache_stats": [vars(c.stats).copy() for c in self.caches],
                               "arrivals": [vars(a).copy() for a in self.arrivals]}
@@ -262,7 +262,7 @@ class EmbeddingPush:
         self.generator.set_state(state["generator"])
         for cache, cs in zip(self.caches, state["caches"], strict=True):
             cache.load_state_dict(cs)
-        epoch = state.get("epoch")
+        epoch = state.get("in_epoch")
         if epoch is not None:  # inside an epoch: continue it at the next iteration
             self.iteration, self.num_iterations = int(epoch["iteration"]), int(epoch["num_iterations"])
             device = self.caches[0].device if self.caches else torch.device("cpu")

@@ -233,8 +233,9 @@ class SplitParallel(MiniBatchStrategy):
         self.build_model()
 
     # --------------------------------------------------------------- stages
-    def schedule(self, first_epoch: int, epochs: int) -> Iterator[MiniBatch]:
-        """One global mini-batch per iteration, drawn identically on every rank (GSplit §3)."""
+    def schedule(self, first_epoch: int, epochs: int, skip: int = 0) -> Iterator[MiniBatch]:
+        """One global mini-batch per iteration, drawn identically on every rank (GSplit §3);
+        the first ``skip`` of the first epoch left out (trained before a checkpoint)."""
         from gnnflow.strategies.common import batch_generator
 
         n = self.train_ids.numel()
@@ -242,6 +243,8 @@ class SplitParallel(MiniBatchStrategy):
             gen = batch_generator(self.cfg.seed * 1_000_003 + epoch)
             perm = torch.randperm(n, generator=gen)
             for j, chunk in enumerate(torch.tensor_split(perm, self.num_batches)):
+                if epoch == first_epoch and j < skip:
+                    continue
                 batch = self.train_ids[chunk]
                 local = group_targets(batch, self.node_part_t, self.group_index, self.num_groups, self.group_rank)
                 yield MiniBatch(epoch=epoch, index=j, targets=local, labels=self.graph.load_labels(local),
