@@ -20,8 +20,8 @@ STRATEGIES = {
     "data": [],
     "split": [],
     "hec": [],
-    "fullbatch": ["--model", "gcn", "--fanouts", "-1,-1"],
-    "dgcl": ["--model", "gcn", "--fanouts", "-1,-1"],
+    "fullbatch": ["--model", "gcn", "--fanouts=-1,-1"],
+    "dgcl": ["--model", "gcn", "--fanouts=-1,-1"],
 }
 
 
