@@ -16,7 +16,8 @@ from gnnflow.config import TrainConfig
 from gnnflow.errors import ConfigError, DistributedError
 from gnnflow.results.schema import is_measurement
 from gnnflow.runtime.context import RankContext
-from gnnflow.strategies.driver import load_checkpoint, run_training
+from gnnflow.strategies.checkpoint import load_checkpoint
+from gnnflow.strategies.driver import run_training
 from gnnflow.strategies.minibatch.data_parallel import DataParallel
 from gnnflow.strategies.minibatch.pipeline import MiniBatch
 

@@ -20,7 +20,8 @@ import torch
 from gnnflow.config import TrainConfig
 from gnnflow.errors import GnnflowError
 from gnnflow.results.schema import is_measurement
-from gnnflow.strategies.driver import load_checkpoint, run_training
+from gnnflow.strategies.checkpoint import load_checkpoint
+from gnnflow.strategies.driver import run_training
 
 
 @pytest.fixture(scope="module")

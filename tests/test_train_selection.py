@@ -46,7 +46,8 @@ def test_selection_prefers_accuracy_then_lower_loss_then_earlier():
 
 def test_driver_keeps_the_best_epochs_checkpoint(tiny_store, tmp_path):
     from gnnflow.config import TrainConfig
-    from gnnflow.strategies.driver import BEST_CKPT, BEST_MODEL, run_training
+    from gnnflow.strategies.checkpoint import BEST_CKPT, BEST_MODEL
+    from gnnflow.strategies.driver import run_training
 
     out = tmp_path / "run"
     cfg = TrainConfig(graph=str(tiny_store.path), model="gcn", hidden=8, num_layers=2, fanouts=[-1, -1],

@@ -15,8 +15,9 @@ from gnnflow.errors import ConfigError
 from gnnflow.nn import build_model
 from gnnflow.results.schema import is_measurement
 from gnnflow.sampling import Block
+from gnnflow.strategies.checkpoint import load_checkpoint
 from gnnflow.strategies.common import evaluate_full, full_inference
-from gnnflow.strategies.driver import load_checkpoint, run_training
+from gnnflow.strategies.driver import run_training
 
 
 @pytest.fixture

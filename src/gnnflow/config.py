@@ -115,6 +115,12 @@ class TrainConfig:
     gcn_degrees: str = setting("graph", "GCN normalisation in mini-batch training: 'graph' (whole-graph "
                                "degrees: a target's output does not depend on the rest of its batch) or "
                                "'block' (the sampled block's own)", choices=GCN_DEGREES)
+    max_restarts: int = setting(0, "when a rank dies, stops or hangs, stop every rank and restart the run from "
+                                "its last good checkpoint, at most this many times (distributed strategies; "
+                                "needs --out)", minimum=0)
+    checkpoint_every_s: float | None = setting(None, "also write a checkpoint inside an epoch every this many "
+                                               "seconds (mini-batch strategies); a resumed or restarted run "
+                                               "continues at the next mini-batch", positive=True)
     force: bool = setting(False, "run even where the memory preflight estimates that the run's processes "
                           "will not fit in the memory available (MemAvailable, the cgroup limit, or "
                           "GNNFLOW_MEMORY_AVAILABLE_MIB)")

@@ -29,6 +29,16 @@ class DistributedError(GnnflowError):
     """A rank failed or a distributed wait timed out."""
 
 
+class RankLost(DistributedError):
+    """A rank died, stopped or stopped making progress (found by its host's launcher), or a host
+    was lost: a fault of the run's processes, which a restart from a checkpoint may get past
+    (``--max-restarts``), unlike a rank's own error."""
+
+
+class NotFiniteLoss(GnnflowError):
+    """A training loss became NaN or infinite: the run stops, on every rank."""
+
+
 class Terminated(BaseException):
     """This process was asked to stop (SIGTERM, SIGHUP) and stopped what it had started.
 

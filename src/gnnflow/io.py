@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import logging
 import math
@@ -46,8 +47,9 @@ def atomic_dir(out: str | os.PathLike[str], overwrite: bool = False) -> Iterator
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
     try:
         yield tmp
-    except BaseException:
+    except BaseException as exc:
         shutil.rmtree(tmp, ignore_errors=True)
+        raise_if_disk_full(exc, out)
         raise
     if out.exists():
         if not overwrite:
@@ -69,10 +71,28 @@ def atomic_file(out: str | os.PathLike[str]) -> Iterator[Path]:
     tmp = Path(name)
     try:
         yield tmp
-    except BaseException:
+    except BaseException as exc:
         tmp.unlink(missing_ok=True)
+        raise_if_disk_full(exc, out)
         raise
     os.replace(tmp, out)
+
+
+def disk_full(exc: BaseException) -> bool:
+    """Whether ``exc`` says the disk is full: ENOSPC (or EDQUOT, a quota), or numpy's short write
+    (``N requested and M written``, an OSError without an errno)."""
+    return isinstance(exc, OSError) and (exc.errno in (errno.ENOSPC, errno.EDQUOT)
+                                         or " requested and " in str(exc))
+
+
+def raise_if_disk_full(exc: BaseException, out: Path) -> None:
+    """Turn a full disk under ``out`` into one line naming the output (nothing was left behind)."""
+    if disk_full(exc):
+        from gnnflow.errors import StoreError
+
+        detail = exc.strerror or str(exc) if isinstance(exc, OSError) else str(exc)
+        raise StoreError(f"{out}: cannot be written: the disk is full ({detail}); nothing was left behind; "
+                         f"free space on {out.parent} or write elsewhere") from None
 
 
 def proc_memory(field: str = "VmHWM", pid: int | str = "self") -> int:
@@ -232,3 +252,15 @@ def as_idx(arr: np.ndarray, idx: type, chunk: int = 1 << 22) -> np.ndarray:
         out[s:s + chunk] = arr[s:s + chunk]
         release_pages(arr)
     return out
+
+
+def reserve_space(fd: int, nbytes: int) -> None:
+    """Allocate the first ``nbytes`` of the open file ``fd`` now (``posix_fallocate``): a full disk
+    is then an ``OSError`` (ENOSPC) here, not a SIGBUS that kills the process when a write through
+    a memory map of the file finds no free block."""
+    try:
+        os.posix_fallocate(fd, 0, nbytes)
+    except OSError as exc:
+        if exc.errno in (errno.EOPNOTSUPP, errno.EINVAL):  # a filesystem without fallocate: as before
+            return
+        raise

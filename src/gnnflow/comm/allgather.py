@@ -38,6 +38,7 @@ import torch.distributed as dist
 
 from gnnflow.comm.collectives import CommStats, alltoallv, exchange_point_to_point
 from gnnflow.comm.plan import CommRelation, RankTable
+from gnnflow.io import reserve_space
 from gnnflow.runtime.devices import COMPUTE, HOST
 from gnnflow.runtime.processes import run_shm_dir
 
@@ -326,6 +327,7 @@ class _SharedBuffers:
             with open(path, "a+b") as f:
                 if os.fstat(f.fileno()).st_size < nbytes:
                     os.ftruncate(f.fileno(), nbytes)
+                reserve_space(f.fileno(), nbytes)  # a full /dev/shm: an error here, not a SIGBUS later
             mm = np.memmap(path, dtype=np.float32, mode="r+", shape=(max(1, rows * dim),))
             self.maps[key] = torch.from_numpy(mm[: rows * dim].reshape(rows, dim))
         return self.maps[key]

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from gnnflow.errors import GnnflowError
+from gnnflow.io import raise_if_disk_full
 
 
 def load_npy(path: str | os.PathLike[str], mmap: bool = False) -> np.ndarray:
@@ -147,6 +148,10 @@ def scratch_npy(out: str | os.PathLike[str], tag: str) -> Iterator[Path]:
     os.chmod(path, 0o666 & ~umask)  # mkstemp makes it 0600; the store's files are shared
     try:
         yield path
+    except BaseException as exc:
+        path.unlink(missing_ok=True)
+        raise_if_disk_full(exc, out)
+        raise
     finally:
         path.unlink(missing_ok=True)
 
@@ -162,6 +167,10 @@ def scratch_dir(out: str | os.PathLike[str], tag: str) -> Iterator[Path]:
     path = Path(tempfile.mkdtemp(prefix=f".{out.name}.{tag}-", dir=out.parent))
     try:
         yield path
+    except BaseException as exc:
+        shutil.rmtree(path, ignore_errors=True)
+        raise_if_disk_full(exc, out)
+        raise
     finally:
         shutil.rmtree(path, ignore_errors=True)
 

@@ -89,6 +89,12 @@ class GraphStore:
     def in_degrees(self) -> np.ndarray:
         return np.diff(self.indptr)
 
+    def check_labels(self) -> None:
+        """The train/val/test vertices have labels in ``[0, num_classes)`` (a StoreError naming the
+        first that has not): what training checks before its first step."""
+        splits = {s: np.asarray(getattr(self, f"{s}_idx")) for s in ("train", "val", "test")}
+        check_split_labels(self.labels, splits, self.num_classes, splits, str(self.path / "labels.npy"))
+
     def split(self, name: str) -> np.ndarray:
         if name not in ("train", "val", "test"):
             raise KeyError(name)
@@ -110,20 +116,30 @@ def npy_header(f: Path) -> tuple[tuple[int, ...], np.dtype, int]:
         return tuple(int(d) for d in shape), np.dtype(dtype), fh.tell()
 
 
+def check_npy(f: Path, what: str = "graph store", rerun: str = "gnnflow prepare") -> None:
+    """A ``.npy`` file is there, its header readable and its size what the header says (nothing
+    but the header is read); else one StoreError naming the file and the bytes."""
+    if not f.exists():
+        raise StoreError(f"{f}: missing file; the {what} is incomplete (re-run `{rerun}`)")
+    try:
+        shape, dtype, offset = npy_header(f)
+    except (ValueError, OSError, EOFError, SyntaxError) as exc:
+        raise StoreError(f"{f}: cannot read .npy ({exc}); the file is truncated or corrupt "
+                         f"(re-run `{rerun}`)") from None
+    expect = offset + dtype.itemsize * int(np.prod(shape, dtype=np.int64))
+    size = f.stat().st_size
+    if size != expect:
+        raise StoreError(f"{f}: {size} bytes but its header ({dtype} {list(shape)}) needs "
+                         f"{expect}; the file is truncated or corrupt (re-run `{rerun}`)")
+
+
 def _load(path: Path, name: str, mmap: bool, what: str = "graph store",
           rerun: str = "gnnflow prepare") -> np.ndarray:
     """One array of a store or book: the header and the file size are checked before
     the data is mapped or read, so a truncated file is one clear error."""
     f = path / f"{name}.npy"
-    if not f.exists():
-        raise StoreError(f"{f}: missing file; the {what} is incomplete (re-run `{rerun}`)")
+    check_npy(f, what, rerun)
     try:
-        shape, dtype, offset = npy_header(f)
-        expect = offset + dtype.itemsize * int(np.prod(shape, dtype=np.int64))
-        size = f.stat().st_size
-        if size != expect:
-            raise StoreError(f"{f}: {size} bytes but its header ({dtype} {list(shape)}) needs "
-                             f"{expect}; the file is truncated or corrupt (re-run `{rerun}`)")
         return np.load(f, mmap_mode="r" if mmap else None, allow_pickle=False)
     except (ValueError, OSError, EOFError, SyntaxError) as exc:
         raise StoreError(f"{f}: cannot read .npy ({exc}); the file is truncated or corrupt "
@@ -356,6 +372,22 @@ def split_problems(n: int, labels: np.ndarray, train_idx: np.ndarray, num_classe
     return []
 
 
+def check_split_labels(labels: np.ndarray, splits: dict[str, np.ndarray], num_classes: int, ids: dict[str, np.ndarray],
+                       where: str) -> None:
+    """Every vertex of the train/val/test splits has a label in ``[0, num_classes)``: one StoreError
+    naming the first that has not (its split, id and label) and ``where`` the labels are.
+    ``splits``: positions into ``labels``; ``ids``: the vertices' ids, for the message."""
+    for name, pos in splits.items():
+        y = np.asarray(labels)[np.asarray(pos, dtype=np.int64)]
+        bad = (y < 0) | (y >= num_classes)
+        if bad.any():
+            i = _first_bad(bad)
+            raise StoreError(f"{where}: {name} vertex {int(ids[name][i])} has label {int(y[i])}, outside "
+                             f"[0, {num_classes}) (num_classes {num_classes}); {int(bad.sum())} of {y.size} "
+                             f"{name} vertices are like it: fix the labels, or leave those vertices out of the "
+                             "split (gnnflow check finds them too)")
+
+
 def check_finite_blocks(blocks: Any, what: str) -> None:
     """Raise GnnflowError at the first NaN/Inf in ``(start, block)`` pairs of feature rows."""
     for start, blk in blocks:
@@ -473,8 +505,8 @@ def write_store(
     feature row by its sum.  ``inputs`` names the user file behind an array
     (``{"features": ".../features.npy"}``) for error messages.
 
-    Refused with one GnnflowError, before anything is left behind: an empty
-    training split, a training vertex without a label in [0, num_classes), a NaN
+    Refused with one GnnflowError, before anything is left behind: a graph without an edge, an
+    empty training split, a training vertex without a label in [0, num_classes), a NaN
     or Inf feature.  Then the whole store is scanned once (:func:`scan_store`), its
     checksums and fingerprint and the invariants found go into meta.json, so that
     opening it later needs no scan.
@@ -482,6 +514,9 @@ def write_store(
     names = {"features": "features", "labels": "labels", "train_idx": "train_idx", **(inputs or {})}
     n, m = _length(indptr) - 1, _length(indices)
     labels = np.ascontiguousarray(labels, dtype=np.int64)
+    if m == 0:
+        raise GnnflowError(f"{out}: the graph has {n} vertices and no edge: a GNN aggregates over edges, so "
+                           f"there is nothing to train on; check the edge list ({names.get('indices', 'edges')})")
     problems = split_problems(n, labels, train_idx, int(num_classes), names)
     if problems:
         raise GnnflowError(problems[0])

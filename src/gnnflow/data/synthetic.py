@@ -41,7 +41,7 @@ from gnnflow.data.arrays import scratch_npy
 from gnnflow.data.csr import csr_from_keys
 from gnnflow.data.store import GraphStore, write_store
 from gnnflow.errors import ConfigError
-from gnnflow.io import log, progress
+from gnnflow.io import log, progress, reserve_space
 
 #: The default synthetic graph: used by every strategy's accuracy tests and the
 #: default workflow.  Small enough that 4-rank training for a few epochs on two
@@ -297,6 +297,8 @@ def generate_synthetic(
         features: Any = Path(features_out)
         mm = np.lib.format.open_memmap(features, mode="w+", dtype=np.float32,
                                        shape=(num_nodes, feature_dim))
+        with open(features, "r+b") as fh:  # the pages the map writes: a full disk raises here
+            reserve_space(fh.fileno(), os.fstat(fh.fileno()).st_size)
         _write_features(rng, labels, num_classes, feature_dim, feature_signal, mm)
         mm.flush()
         del mm

@@ -99,6 +99,9 @@ def partition_graph(store: Any, method: str, num_parts: int, out: str | os.PathL
         elif int(num_parts) != m * w:
             raise ConfigError(f"--parts {num_parts} does not match --levels {m}x{w} (= {m * w} workers)")
     num_parts = check_num_parts(num_parts, store.num_nodes)
+    if store.num_edges == 0:
+        raise ConfigError(f"{store.path}: the graph has no edge; partitioning it ({method}) would only split "
+                          "isolated vertices, and no strategy can train on it: check the graph's edges")
     if int(halo_hops) < 1:
         raise ConfigError(f"--halo-hops must be >= 1, got {halo_hops}")
     out = Path(out)

@@ -94,6 +94,16 @@ class Part:
         indptr, indices = with_self_loops(self.indptr, self.indices)
         return dataclasses.replace(self, indptr=indptr, indices=indices)
 
+    def check_labels(self, num_classes: int) -> None:
+        """The part's train/val/test vertices have labels in ``[0, num_classes)`` (a StoreError naming
+        the first that has not, and the part's labels file)."""
+        from gnnflow.data.store import check_split_labels
+
+        ids = {s: np.asarray(getattr(self, f"{s}_idx"), dtype=np.int64) for s in ("train", "val", "test")}
+        where = str(self.path / "labels.npy") if self.path is not None else f"part {self.part_id}'s labels"
+        check_split_labels(self.labels, {s: self.global_to_local(v) for s, v in ids.items()}, num_classes, ids,
+                           where)
+
     def global_to_local(self, ids: Any) -> np.ndarray:
         """Local ids of global ``ids`` (inner first, then halo); -1 where absent.
 
@@ -232,6 +242,18 @@ class PartitionBook:
         if features is not None and features.shape[0] != n_inner:
             raise StoreError(f"{feat_file}: {features.shape[0]} rows for {n_inner} inner vertices")
         return Part(part_id=i, features=features, path=d, **arrays)
+
+    def check_part_files(self) -> None:
+        """Every array file of every part this copy holds: present, its header readable and its
+        size what the header says (headers only, no data): what ``gnnflow train`` checks before
+        any rank starts, so that a truncated shard is one line rather than a rank's failure."""
+        from gnnflow.data.store import check_npy
+
+        for i in self.staged_parts or range(self.num_parts):
+            d = self.part_dir(i)
+            names = [*PART_ARRAYS, *(["features"] if (d / "features.npy").exists() else [])]
+            for name in names:
+                check_npy(d / f"{name}.npy", "partition book", "gnnflow partition")
 
     def part_sizes(self) -> np.ndarray:
         return np.bincount(np.asarray(self.node_part), minlength=self.num_parts)

@@ -158,9 +158,19 @@ def write_records(run_dir: str | Path, records: list[EpochRecord]) -> Path:
     """Append records as JSON lines to ``run_dir/records.jsonl`` (one per line)."""
     path = Path(run_dir) / "records.jsonl"
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a") as fh:
-        for r in records:
-            fh.write(json.dumps(r.flat(), sort_keys=True) + "\n")
+    text = "".join(json.dumps(r.flat(), sort_keys=True) + "\n" for r in records)
+    try:
+        with open(path, "a") as fh:
+            fh.write(text)
+    except OSError as exc:
+        from gnnflow.io import disk_full
+
+        if disk_full(exc):  # a cut line is dropped when the run resumes (drop_rows_after_epoch)
+            from gnnflow.errors import StoreError
+
+            raise StoreError(f"{path}: cannot be written: the disk is full ({exc.strerror or exc}); free "
+                             f"space on {path.parent}, then continue with --resume") from None
+        raise
     return path
 
 

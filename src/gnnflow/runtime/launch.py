@@ -42,10 +42,11 @@ NCCL refuses); see :mod:`gnnflow.runtime.devices`.
 
 Every collective has the process-group timeout (``GNNFLOW_DIST_TIMEOUT``
 seconds, default 600), so a rank that dies makes the others fail rather than
-hang even without a launcher watching.  The launcher's heartbeats find a dead
-or stopped rank much sooner (``GNNFLOW_STALL_TIMEOUT``); the collective timeout
-only has to outlast the longest honest wait of a rank on a slower peer (a
-products-sized evaluation layer on a loaded host took more than 60 s).
+hang even without a launcher watching.  The launcher finds a dead rank at once and a stopped
+one (process state ``T``) within seconds (:mod:`gnnflow.runtime.watchdog`); a rank that is only
+slow (a busy host, a long native call) is never taken for a stopped one.  The collective timeout
+only has to outlast the longest honest wait of a rank on a slower peer (a products-sized
+evaluation layer on a loaded host took more than 60 s).
 """
 
 from __future__ import annotations
@@ -83,10 +84,11 @@ from gnnflow.runtime.processes import (
     huge_page_tunables,
     new_run_tag,
     remove_run_shm,
+    sweep_stale_shm,
     tune_allocator,
 )
 from gnnflow.runtime.supervisor import StopSignals, Supervisor, result_key, terminate
-from gnnflow.runtime.watchdog import Heartbeat, HeartbeatMonitor
+from gnnflow.runtime.watchdog import Heartbeat, LivenessMonitor
 
 log = logging.getLogger("gnnflow.runtime")
 
@@ -185,6 +187,7 @@ def _run_external(launcher: str, fn: Callable[..., Any], args: tuple[Any, ...], 
         master, port = slurm_master()
         agent_store = False
     tune_allocator()
+    _sweep()
     threads = slurm_task_threads() if launcher == "srun" else None
     if threads is not None:  # as many as the job gave the task, as the local launcher gives cores / ranks
         torch.set_num_threads(threads)
@@ -222,6 +225,14 @@ def _quiet_resource_tracker() -> None:
         resource_tracker.ensure_running()
 
 
+def _sweep() -> None:
+    """Remove the shared memory that runs whose launcher was killed left on this host."""
+    stale = sweep_stale_shm()
+    if stale:
+        log.warning("removed %d shared-memory entr%s left by runs whose launcher is gone: %s", len(stale),
+                    "y" if len(stale) == 1 else "ies", " ".join(stale))
+
+
 def _spawn_local(fn: Callable[..., Any], world_size: int, args: tuple[Any, ...], device: str,
                  backend: str, timeout_s: float, threads_per_rank: int | None,
                  spec: Nodes | None = None) -> list[Any]:
@@ -246,8 +257,9 @@ def _spawn_local(fn: Callable[..., Any], world_size: int, args: tuple[Any, ...],
         store = bound.store if bound is not None else connect_store(store_addr, port, world_size, timeout_s)
         log.info("host %d of %d: ranks %d..%d of %d, store %s:%d, talking over %s", spec.node_rank, spec.nnodes,
                  ranks[0], ranks[-1], world_size, store_addr, port, address)
+    _sweep()
     tag = os.environ[TAG_ENV] = new_run_tag()  # shared memory named after this run on this host
-    monitor = HeartbeatMonitor(store, world_size)
+    monitor = LivenessMonitor(store, world_size)
     threads = threads_per_rank or max(1, (os.cpu_count() or 1) // len(ranks))
     procs: list[Any] = []
     conns: list[Any] = []

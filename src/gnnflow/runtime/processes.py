@@ -18,6 +18,9 @@
   before it starts the ranks), so :func:`remove_run_shm` can remove every one of
   them when the run ends, however it ends: a rank killed by a signal cannot
   clean up after itself, its launcher can.
+* :func:`sweep_stale_shm` — and a launcher killed outright (SIGKILL) cannot either: the tag
+  holds the launcher's pid, so the next run on the host removes this user's entries of runs
+  whose launcher is no longer alive, and says what it removed.
 """
 
 from __future__ import annotations
@@ -134,5 +137,37 @@ def remove_run_shm(tag: str) -> list[str]:
                 os.unlink(path)
             except OSError:
                 continue
+        removed.append(path)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process: alive
+        return True
+    return True
+
+
+def sweep_stale_shm() -> list[str]:
+    """Remove this user's ``/dev/shm`` entries of gnnflow runs whose launcher (the pid in the
+    run's tag, :func:`new_run_tag`) is no longer alive; return what was removed."""
+    removed: list[str] = []
+    for path in glob.glob(os.path.join(SHM_ROOT, "gnnflow-*-*")):
+        parts = os.path.basename(path).split("-")
+        if len(parts) < 3 or not parts[1].isdigit():
+            continue
+        try:
+            if os.lstat(path).st_uid != os.getuid() or _alive(int(parts[1])):
+                continue
+        except OSError:
+            continue
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            with contextlib.suppress(OSError):
+                os.unlink(path)
         removed.append(path)
     return removed

@@ -16,12 +16,14 @@ import time
 from multiprocessing.connection import wait
 from typing import Any
 
-from gnnflow.errors import DistributedError, Terminated
+from gnnflow.errors import DistributedError, RankLost, Terminated
 from gnnflow.runtime.hosts import Nodes
-from gnnflow.runtime.watchdog import HeartbeatMonitor
+from gnnflow.runtime.watchdog import LivenessMonitor
 
 log = logging.getLogger("gnnflow.runtime")
 FAILED_KEY = "gnnflow/failed"
+#: how a posted failure says its kind: a lost rank (restartable) or a rank's own error
+LOST, FAILED = "lost", "failed"
 
 
 def raise_terminated(signum: int, _frame: Any) -> None:
@@ -57,7 +59,7 @@ class Supervisor:
 
     GRACE_S = 1.0  # after a first failure, how long to wait for the cause to show itself
 
-    def __init__(self, procs: list[Any], conns: list[Any], monitor: HeartbeatMonitor,
+    def __init__(self, procs: list[Any], conns: list[Any], monitor: LivenessMonitor,
                  ranks: list[int] | None = None, world_size: int | None = None, spec: Nodes | None = None) -> None:
         self.procs, self.conns, self.monitor = procs, conns, monitor
         self.ranks = ranks if ranks is not None else list(range(len(procs)))
@@ -71,6 +73,7 @@ class Supervisor:
         local = set(self.ranks)
         self.remote = {r for r in range(self.world_size) if r not in local}  # results still to read
         self.remote_done: set[int] = set()
+        monitor.pids.update({r: p.pid for r, p in zip(self.ranks, procs, strict=True)})
 
     def run(self, timeout_s: float) -> list[Any]:
         log.info("started %d ranks (pids %s)", len(self.procs), " ".join(str(p.pid) for p in self.procs))
@@ -89,10 +92,12 @@ class Supervisor:
         self._leave_together(timeout_s)
         return self.results
 
-    def _stalled(self, threshold_s: float | None = None) -> list[int]:
-        """Global ranks that stopped beating while still running (not finished, not failed)."""
+    def _stalled(self) -> list[int]:
+        """Global ranks that are stopped (their process, on this host) or stuck (no progress for
+        the progress timeout) while still running (not finished, not failed): see
+        :mod:`gnnflow.runtime.watchdog`."""
         out = []
-        for r in self.monitor.stalled(threshold_s):
+        for r in sorted(set(self.monitor.stopped()) | set(self.monitor.stuck())):
             if r in self.remote_done:
                 continue
             if r in self.ranks:
@@ -122,7 +127,7 @@ class Supervisor:
                 return self.monitor.store.get(FAILED_KEY).decode()
         except Exception:
             # the store is gone: host 0's launcher ended; say so unless a local cause shows up
-            return (f"lost the run's store at {self.spec.master}:{self.spec.port} (host 0's launcher ended)"
+            return (f"{LOST} lost the run's store at {self.spec.master}:{self.spec.port} (host 0's launcher ended)"
                     if self.spec.node_rank != 0 else None)
         return None
 
@@ -199,42 +204,47 @@ class Supervisor:
         if died:
             i, r = died[0], self.ranks[died[0]]
             self._raise(f"rank {r} died ({describe_exit(self.procs[i].exitcode)}){self._on(r)}" + self._others(r))
-        posted = self._posted()
-        if posted:  # another host's launcher found the cause first
-            raise DistributedError(posted)
-        stalled = self._stalled(threshold_s=min(self.monitor.stall_s, 5.0))
+        self._raise_posted()  # another host's launcher found the cause first
+        stalled = self._stalled()
         if stalled:
             r = stalled[0]
-            self._raise(self.monitor.describe_stall(r) + self._others(r))
+            self._raise(self.monitor.describe(r) + self._others(r))
         genuine = [i for i in sorted(self.errors) if not is_wait_failure(self.errors[i])]
         if genuine:  # an error of its own, not a lost connection or a timeout caused by another
             i, r = genuine[0], self.ranks[genuine[0]]
-            self._raise(f"rank {r} failed: {self.errors[i]}{self._at(r)}" + self._others(r))
+            self._raise(f"rank {r} failed: {self.errors[i]}{self._at(r)}" + self._others(r), lost=False)
         if self.spec is not None:  # only lost connections here: the host that lost a rank says which
             deadline = time.monotonic() + 3 * self.GRACE_S
             while time.monotonic() < deadline:
-                posted = self._posted()
-                if posted:
-                    raise DistributedError(posted)
+                self._raise_posted()
                 time.sleep(0.2)
         lagging = [r for r in self.monitor.lagging() if r not in self.ranks or self.ranks.index(r) not in self.errors]
         if lagging:
             r = lagging[0]
             self._raise(f"rank {r} fell behind: the others gave up waiting for it{self._on(r)}" + self._others(r))
-        if not self.errors:  # a rank looked stopped but beats again (a long call on a busy host): watch on
+        if not self.errors:  # nothing failed after all: watch on
             return
         i = min(self.errors)
         r = self.ranks[i]
-        raise DistributedError(f"rank {r} failed: {self.errors[i]}{self._at(r)}" + self._others(r))
+        raise RankLost(f"rank {r} failed: {self.errors[i]}{self._at(r)}" + self._others(r))
+
+    def _raise_posted(self) -> None:
+        """Fail with the failure another host's launcher posted, of the kind it posted, if any."""
+        posted = self._posted()
+        if posted:
+            kind, _, message = posted.partition(" ")
+            raise (DistributedError if kind == FAILED else RankLost)(message)
 
     def _at(self, rank: int) -> str:
         where = self.monitor.who(rank)
         return f" ({where})" if where else ""
 
-    def _raise(self, message: str) -> None:
-        """Fail with ``message``, a cause found on this host: the other hosts stop with it too."""
-        self.post_failure(message)
-        raise DistributedError(message)
+    def _raise(self, message: str, lost: bool = True) -> None:
+        """Fail with ``message``, a cause found on this host, the other hosts with it too:
+        :class:`RankLost` for a rank that died, stopped or fell behind, :class:`DistributedError`
+        for a rank's own error (``lost=False``)."""
+        self.post_failure(f"{LOST if lost else FAILED} {message}")
+        raise (RankLost if lost else DistributedError)(message)
 
     def _others(self, culprit: int) -> str:
         """What the other ranks reported, briefly (they usually only noticed the culprit)."""

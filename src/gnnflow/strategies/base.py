@@ -19,13 +19,14 @@ names map to classes in :data:`gnnflow.config.STRATEGIES`.
 from __future__ import annotations
 
 import importlib
+import math
 from abc import ABC, abstractmethod
 from typing import Any, ClassVar
 
 import torch
 
 from gnnflow.config import RELATIONAL_MODELS, STRATEGIES, TrainConfig
-from gnnflow.errors import ConfigError
+from gnnflow.errors import ConfigError, NotFiniteLoss
 from gnnflow.options import StrategyOptions
 from gnnflow.results.schema import Recorder
 from gnnflow.runtime.context import RankContext
@@ -112,6 +113,27 @@ class Strategy(ABC):
         self.ctx = ctx
         self.model: torch.nn.Module | None = None
         self.optimizer: torch.optim.Optimizer | None = None
+        #: the driver's hook after every mini-batch (mid-epoch checkpoints), or None
+        self.on_batch: Any = None
+        #: where the next run_epoch starts: (first mini-batch, the losses of those before it)
+        self._start: tuple[int, list[float]] = (0, [])
+
+    def start_epoch_at(self, batch: int, losses: list[float]) -> None:
+        """Make the next :meth:`run_epoch` start at mini-batch ``batch`` (a checkpoint written
+        inside an epoch: the batches before it were trained, with ``losses``)."""
+        self._start = (int(batch), list(losses))
+
+    def take_start(self) -> tuple[int, list[float]]:
+        """(first mini-batch, losses so far) of the epoch about to run; then (0, []) again."""
+        start, self._start = self._start, (0, [])
+        return start
+
+    def batch_done(self, epoch: int, index: int, rec: Recorder, losses: list[float]) -> None:
+        """After mini-batch ``index`` of ``epoch`` (``losses`` so far): a loss that is not finite
+        stops the run, in one line; then the driver's hook runs (a mid-epoch checkpoint)."""
+        check_loss(losses[-1], epoch, index, self.ctx.rank)
+        if self.on_batch is not None:
+            self.on_batch(epoch, index, rec, losses)
 
     @abstractmethod
     def prepare(self) -> None:
@@ -171,3 +193,12 @@ def option_flags() -> list[tuple[str, str, Any, str]]:
             users.setdefault(flag, []).append(name)
     return [(flag, key, value, f"{'/'.join(users[flag])}: {help_text}")
             for flag, (key, value, help_text) in found.items()]
+
+
+def check_loss(loss: float, epoch: int, iteration: int, rank: int) -> None:
+    """Raise :class:`~gnnflow.errors.NotFiniteLoss` (one line: epoch, iteration, rank) when
+    ``loss`` is NaN or infinite: training diverged or an input is not finite."""
+    if not math.isfinite(loss):
+        raise NotFiniteLoss(f"the training loss is {loss} at epoch {epoch}, iteration {iteration} on rank "
+                            f"{rank}: training diverged or an input is not finite; lower --lr, or check the "
+                            "graph's features and labels (gnnflow check)")

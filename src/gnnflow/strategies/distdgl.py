@@ -120,7 +120,7 @@ from gnnflow.partition.dgl_interop import dgl_layout, ensure_dgl_layout
 from gnnflow.results.schema import Recorder
 from gnnflow.runtime.context import RankContext
 from gnnflow.runtime.devices import HOST
-from gnnflow.strategies.base import Strategy
+from gnnflow.strategies.base import Strategy, check_loss
 from gnnflow.strategies.distdgl_janitor import start_janitor
 from gnnflow.strategies.memory import (
     BASE_DGL,
@@ -464,6 +464,7 @@ class DistDGLBaseline(Strategy):
                 self.optimizer.step()
             rec.count("iterations")
             losses.append(float(loss.detach()))
+            check_loss(losses[-1], epoch, len(losses) - 1, self.ctx.rank)  # the peer checkpoints per epoch only
         return float(np.mean(losses)) if losses else float("nan")
 
     @torch.no_grad()

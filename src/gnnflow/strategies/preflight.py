@@ -54,6 +54,9 @@ def check_run(cfg: TrainConfig, cls: type[Strategy], memory: bool = True) -> Tra
             raise ConfigError(f"{cfg.partition}: {have} parts, but --strategy {cfg.strategy} with "
                               f"--workers {cfg.workers} needs {want}; partition into {want} parts "
                               f"(gnnflow partition --parts {want}) or change --workers")
+        from gnnflow.partition.book import PartitionBook
+
+        PartitionBook.open(cfg.partition).check_part_files()  # a truncated shard: one line, now
     if memory:
         check_memory(cfg, cls, cfg.force)
     return cfg

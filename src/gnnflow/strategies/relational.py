@@ -28,7 +28,7 @@ class TypedGraph:
     """The typed side of a homogenized store: types, edge types, per-type features."""
 
     def __init__(self, store: GraphStore) -> None:
-        if "edge_type" not in store.extra or not store.meta.get("node_types"):
+        if "edge_type" not in store.extra or not store.meta.node_types:
             raise ConfigError(f"graph {store.path}: has no edge types; a relational model or per-relation "
                               "fanouts need a homogenized heterogeneous store (`gnnflow homogenize`, "
                               "`gnnflow prepare synthetic-hetero`)")

@@ -89,6 +89,7 @@ class SingleProcess(Strategy):
         self.store: GraphStore | None = None
         self.sampler: NeighborSampler | None = None
         self.batch_gen = batch_generator(cfg.seed)
+        self._epoch_gen_state = self.batch_gen.get_state()
         self.full: list[Block] | None = None
         self.features: torch.Tensor | TypedRows | None = None
         self.typed: TypedGraph | None = None
@@ -97,6 +98,7 @@ class SingleProcess(Strategy):
     def prepare(self) -> None:
         cfg = self.cfg
         self.store = store = open_store(cfg.graph)
+        store.check_labels()  # a bad label is one line now, not an IndexError in the first step
         self.typed = typed = TypedGraph(store) if cfg.relational else None
         if store.features is None and cfg.model not in RELATIONAL_MODELS:
             raise ConfigError(f"graph {cfg.graph}: has no features.npy; training needs vertex features")
@@ -135,10 +137,18 @@ class SingleProcess(Strategy):
         assert self.model is not None
         self.model.train()
         if self.full_batch:
-            return self._full_batch_step(rec)
+            return self._full_batch_step(epoch, rec)
         assert self.sampler is not None and self.store is not None
+        first, losses = self.take_start()
+        if first:  # inside an epoch: draw its order again from the generator as it was at its start
+            self.batch_gen.set_state(self._epoch_gen_state)
+        self._epoch_gen_state = self.batch_gen.get_state()
         total, count = 0.0, 0
         for index, targets in enumerate(batches(self.train_ids, self.cfg.batch_size, self.batch_gen)):
+            if index < first:  # trained before the checkpoint: its loss is kept, in order
+                total += losses[index] * targets.shape[0]
+                count += targets.shape[0]
+                continue
             with rec.timer("sample"):
                 blocks = self.sampler.at(epoch, index).sample_blocks(targets)
                 if self.degrees is not None:
@@ -156,14 +166,17 @@ class SingleProcess(Strategy):
             total += loss * targets.shape[0]
             count += targets.shape[0]
             rec.count("iterations")
+            losses.append(loss)
+            self.batch_done(epoch, index, rec, losses)
         return total / max(count, 1)
 
-    def _full_batch_step(self, rec: Recorder) -> float:
+    def _full_batch_step(self, epoch: int, rec: Recorder) -> float:
         assert self.full is not None and self.features is not None
         train = self.train_ids.to(self.ctx.device)
         rec.count("sampled_edges", sum(b.num_edges for b in self.full))
         loss = self._step(self.full, self.features, self.labels.to(self.ctx.device)[train], rec, rows=train)
         rec.count("iterations")
+        self.batch_done(epoch, 0, rec, [loss])
         return loss
 
     def _step(self, blocks: list[Block], x: torch.Tensor | TypedRows, y: torch.Tensor, rec: Recorder,
@@ -187,8 +200,11 @@ class SingleProcess(Strategy):
     def state_dict(self) -> dict[str, Any]:
         state = super().state_dict()
         state["batch_generator"] = self.batch_gen.get_state()  # the sampler's draws are keyed by batch
+        # the generator before this epoch's order was drawn (what a mid-epoch checkpoint resumes from)
+        state["epoch_generator"] = self._epoch_gen_state
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         super().load_state_dict(state)
         self.batch_gen.set_state(state["batch_generator"])
+        self._epoch_gen_state = state.get("epoch_generator", state["batch_generator"])

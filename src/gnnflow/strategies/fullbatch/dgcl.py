@@ -236,6 +236,7 @@ class PlannedHalo(FullBatchBase):
         self.set_local_data(torch.from_numpy(np.asarray(part.labels)),
                             *(torch.from_numpy(lookup(getattr(part, f"{k}_idx"))) for k in ("train", "val", "test")))
         num_classes = book.meta.num_classes or self._num_classes(book)
+        part.check_labels(num_classes)
         seed_everything(self.cfg.seed)
         assert self.features is not None
         self.model = build_model_from_config(self.cfg, self.features.shape[1], num_classes,

@@ -268,11 +268,14 @@ class FullBatch(FullBatchBase):
                 raise ConfigError(f"partition: {self.cfg.partition} has {book.num_parts} parts but workers={p}; "
                                   f"re-run `gnnflow partition --method permute-1d --parts {p}`")
             rp = RowPartition.from_node_part(np.asarray(book.node_part), p)
-            rows = rows_from_part(book.load_part(rank))
+            part = book.load_part(rank)
+            part.check_labels(int(book.meta.num_classes))
+            rows = rows_from_part(part)
             graph = book.graph_path  # a staged copy may hold the book without its graph's meta
             meta = read_store_meta(graph) if (graph / "meta.json").exists() else None
             return rows, rp, book.num_nodes, meta
         store = open_store(self.cfg.graph)
+        store.check_labels()
         rp = RowPartition.from_node_part(row_blocks(store, p, self.cfg.seed, self.permute), p)
         rows = rows_from_store(store, rp.rows_of(rank))
         return rows, rp, store.num_nodes, store.meta

@@ -236,14 +236,23 @@ class EmbeddingPush:
         self.arrivals.append(Arrival(layer, sent_iter, self.iteration, int(rows.shape[0])))
 
     # ---- checkpoint ------------------------------------------------------------------------------
-    def state_dict(self) -> dict[str, Any]:
-        """What the next epoch depends on, between epochs: the caches' clock, the ``nc``
-        sample's generator and every layer's cache.  Nothing is in flight then (Algorithm 2
-        drains the pushes at each epoch end), so no pending push needs saving."""
-        if any(self._pending):
-            raise RuntimeError("AEP: a checkpoint between epochs only; pushes are still in flight")
-        return {"clock": self.clock, "generator": self.generator.get_state(),
-                "caches": [c.state_dict() for c in self.caches]}
+    def state_dict(self, in_epoch: bool = False) -> dict[str, Any]:
+        """What the rest of the run depends on: the caches' clock, the ``nc`` sample's generator
+        and every layer's cache.  Between epochs nothing is in flight (Algorithm 2 drains the
+        pushes at each epoch end).  ``in_epoch`` (a checkpoint after an iteration inside an
+        epoch): also the epoch's position and counts, and the pushes still in flight, received
+        now (their rows are what the receivers store ``d`` iterations after the push; waiting
+        for them early changes only when the wait happens)."""
+        state: dict[str, Any] = {"clock": self.clock, "generator": self.generator.get_state(),
+                                 "caches": [c.state_dict() for c in self.caches]}
+        if in_epoch:
+            pending = [[(it, torch.cat(p.wait(), 0).cpu(), list(p.recv_counts)) for it, p in layer]
+                       for layer in self._pending]
+            state["in_epoch"] = {"iteration": self.iteration, "num_iterations": self.num_iterations,
+                              "pending": pending, "stats": [vars(s).copy() for s in self.stats],
+                              "cache_stats": [vars(c.stats).copy() for c in self.caches],
+                              "arrivals": [vars(a).copy() for a in self.arrivals]}
+        return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if len(state["caches"]) != len(self.caches):
@@ -253,6 +262,17 @@ class EmbeddingPush:
         self.generator.set_state(state["generator"])
         for cache, cs in zip(self.caches, state["caches"], strict=True):
             cache.load_state_dict(cs)
+        epoch = state.get("in_epoch")
+        if epoch is not None:  # inside an epoch: continue it at the next iteration
+            self.iteration, self.num_iterations = int(epoch["iteration"]), int(epoch["num_iterations"])
+            device = self.caches[0].device if self.caches else torch.device("cpu")
+            self._pending = [deque((int(it), PendingAllToAll(None, rows.to(device), list(counts)))
+                                   for it, rows, counts in layer) for layer in epoch["pending"]]
+            for s, saved in zip(self.stats, epoch["stats"], strict=True):
+                vars(s).update(saved)
+            for c, saved in zip(self.caches, epoch["cache_stats"], strict=True):
+                vars(c.stats).update(saved)
+            self.arrivals = [Arrival(**a) for a in epoch["arrivals"]]
 
     def reset_stats(self) -> None:
         for s in self.stats:

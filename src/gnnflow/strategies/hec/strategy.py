@@ -204,6 +204,8 @@ class HistoricalEmbeddingCache(MiniBatchStrategy):
         self.delay = opts.push_delay
         self.trace = opts.trace
         self.iteration_log: list[dict[str, Any]] = []
+        self._in_epoch = False  # inside run_epoch: a checkpoint then holds the epoch's AEP state
+        self._resumed_in_epoch = False
         self.last_epoch = -1  # the last epoch trained (what a checkpoint after it holds)
 
     # ---------------------------------------------------------------- preparation
@@ -327,10 +329,14 @@ class HistoricalEmbeddingCache(MiniBatchStrategy):
         return F.cross_entropy(logits, mb.labels, reduction="sum") / max(1, mb.meta["global_batch"])
 
     def run_epoch(self, epoch: int, rec: Recorder) -> float:
-        self.aep.reset_stats()
-        self.aep.begin_epoch(self.num_batches)
-        self.iteration_log = []
+        if not self._resumed_in_epoch:  # else a mid-epoch checkpoint set the epoch's state
+            self.aep.reset_stats()
+            self.aep.begin_epoch(self.num_batches)
+            self.iteration_log = []
+        self._resumed_in_epoch = False
+        self._in_epoch = True
         loss = super().run_epoch(epoch, rec)
+        self._in_epoch = False
         self.aep.end_epoch()
         self.last_epoch = epoch
         self._record(rec)
@@ -342,12 +348,18 @@ class HistoricalEmbeddingCache(MiniBatchStrategy):
     def state_dict(self) -> dict[str, Any]:
         """Model and optimizer, plus every layer's cache (resident lines, ages, store order),
         the caches' clock and the AEP sample's generator (:meth:`EmbeddingPush.state_dict`)."""
-        return {**super().state_dict(), "hec": {**self.aep.state_dict(), "epoch": self.last_epoch}}
+        hec = {**self.aep.state_dict(in_epoch=self._in_epoch), "epoch": self.last_epoch}
+        if self._in_epoch:
+            hec["iteration_log"] = json.dumps(self.iteration_log)
+        return {**super().state_dict(), "hec": hec}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         super().load_state_dict(state)
         self.aep.load_state_dict(state["hec"])
         self.last_epoch = int(state["hec"]["epoch"])
+        self._resumed_in_epoch = "iteration_log" in state["hec"]
+        if self._resumed_in_epoch:
+            self.iteration_log = json.loads(state["hec"]["iteration_log"])
         if self.trace and self.cfg.run_dir is not None:
             self._truncate_trace(self.last_epoch)
 

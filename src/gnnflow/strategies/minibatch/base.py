@@ -238,6 +238,7 @@ class MiniBatchStrategy(Strategy):
         if cfg.adds_self_loops:  # the model's graph is A + I (cfg.self_loops), as in every strategy
             self.part = self.part.with_self_loops()
         self.num_classes = int(self.meta.num_classes)
+        self.part.check_labels(self.num_classes)  # a bad label is one line now, not an IndexError later
         self.in_dim = int(self.part.features.shape[1]) if self.part.features is not None else 0
         self.target_ids, self.target_labels = self.local_targets()
         if self.own_targets() and self.target_ids.size and \
@@ -365,14 +366,17 @@ class MiniBatchStrategy(Strategy):
         self.cached = self.feature_store.build_cache(ids, counts, self.cache_rows)
 
     # ---------------------------------------------------------------- pipeline stages
-    def schedule(self, first_epoch: int, epochs: int) -> Iterator[MiniBatch]:
-        """Target batches of epochs ``first_epoch .. first_epoch+epochs-1`` (the same count on every rank)."""
+    def schedule(self, first_epoch: int, epochs: int, skip: int = 0) -> Iterator[MiniBatch]:
+        """Target batches of epochs ``first_epoch .. first_epoch+epochs-1`` (the same count on every
+        rank), without the first ``skip`` batches of the first epoch (trained before a checkpoint)."""
         rank, _ = world()
         sizes = self.global_batch_sizes()
         for epoch in range(first_epoch, first_epoch + epochs):
             rng = np.random.default_rng([self.cfg.seed, rank, epoch])
             perm = rng.permutation(self.target_ids.shape[0])
             for j, chunk in enumerate(np.array_split(perm, self.num_batches)):
+                if epoch == first_epoch and j < skip:
+                    continue
                 yield MiniBatch(epoch=epoch, index=j, targets=torch.from_numpy(self.target_ids[chunk]),
                                 labels=torch.from_numpy(self.target_labels[chunk]),
                                 meta={"global_batch": int(sizes[j])})
@@ -433,15 +437,17 @@ class MiniBatchStrategy(Strategy):
             rec.count(key, probe.counters.get(key, 0.0))
         return loss
 
-    def make_pipeline(self, first_epoch: int, epochs: int, asynchronous: bool | None = None) -> MiniBatchPipeline:
-        """The stages over the schedule of ``epochs`` epochs; ``asynchronous`` defaults to ``pipeline``.
+    def make_pipeline(self, first_epoch: int, epochs: int, asynchronous: bool | None = None,
+                      skip: int = 0) -> MiniBatchPipeline:
+        """The stages over the schedule of ``epochs`` epochs (the first ``skip`` batches left out);
+        ``asynchronous`` defaults to ``pipeline``.
 
         With a sampler process (``samplers=process``) an asynchronous pipeline's
         sampling thread only hands targets to the process and takes back its
         blocks and input rows.
         """
         asynchronous = self.use_pipeline if asynchronous is None else asynchronous
-        schedule: Any = self.schedule(first_epoch, epochs)
+        schedule: Any = self.schedule(first_epoch, epochs, skip)
         sample, load = self.sample_stage, self.load_stage
         if asynchronous and self.sampler_proc is not None:
             schedule, sample, load = self.sampler_proc.map(schedule), already_done, already_done
@@ -489,14 +495,14 @@ class MiniBatchStrategy(Strategy):
         return float(loss.detach()) * scale
 
     def run_epoch(self, epoch: int, rec: Recorder) -> float:
+        first, losses = self.take_start()
         if self.pipeline is None:
             # one schedule from this epoch to the last: the pipeline runs across epoch boundaries
-            self.pipeline = self.make_pipeline(epoch, max(1, self.cfg.epochs - epoch)).start()
-        losses = []
-        batches: Any = range(self.num_batches)
+            self.pipeline = self.make_pipeline(epoch, max(1, self.cfg.epochs - epoch), skip=first).start()
+        batches: Any = range(first, self.num_batches)
         if world()[0] == 0:  # long epochs log their progress from rank 0
-            batches = ticking(batches, f"{self.cfg.strategy} epoch {epoch}: batch", self.num_batches)
-        for _ in batches:
+            batches = ticking(batches, f"{self.cfg.strategy} epoch {epoch}: batch", self.num_batches - first)
+        for index in batches:
             try:
                 mb = self.pipeline.get()
             except StopIteration:  # more epochs than scheduled (driver ran past cfg.epochs)
@@ -513,6 +519,7 @@ class MiniBatchStrategy(Strategy):
                 rec.count(k, v)
             rec.count("iterations")
             losses.append(self.train_batch(mb, rec))
+            self.batch_done(epoch, index, rec, losses)
         if epoch + 1 >= self.cfg.epochs and self.pipeline is not None:
             self.pipeline.close()
             self.pipeline = None

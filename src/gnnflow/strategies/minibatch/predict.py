@@ -234,7 +234,7 @@ def _predict_rank(ctx: RankContext, job: PredictJob) -> dict[str, Any]:
     if cfg.adds_self_loops:  # the model's graph is A + I, as in training
         part = part.with_self_loops()
     node_part = np.asarray(book.node_part)
-    net = job.run.model(int(part.features.shape[1]), int(book.meta["num_classes"]), job.graph).to(ctx.device)
+    net = job.run.model(int(part.features.shape[1]), int(book.meta.num_classes), job.graph).to(ctx.device)
     # GCN normalises by whole-graph degrees in evaluation (MiniBatchStrategy.inference)
     degrees = local_degrees(part, node_part) if cfg.model == "gcn" else None
     # [inner, width] (a rank owning no vertex knows the width too)

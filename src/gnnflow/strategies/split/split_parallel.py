@@ -203,6 +203,7 @@ class SplitParallel(MiniBatchStrategy):
         if cfg.adds_self_loops:  # the model's graph is A + I, as in every strategy
             self.part = self.part.with_self_loops()
         self.num_classes = int(self.meta.num_classes)
+        self.part.check_labels(self.num_classes)
         self.in_dim = int(self.part.features.shape[1]) if self.part.features is not None else 0
         self.graph = SplitGraph.from_part(self.part, self.node_part, k)
         self.node_part_t = as_long_tensor(self.node_part)
@@ -232,8 +233,9 @@ class SplitParallel(MiniBatchStrategy):
         self.build_model()
 
     # --------------------------------------------------------------- stages
-    def schedule(self, first_epoch: int, epochs: int) -> Iterator[MiniBatch]:
-        """One global mini-batch per iteration, drawn identically on every rank (GSplit §3)."""
+    def schedule(self, first_epoch: int, epochs: int, skip: int = 0) -> Iterator[MiniBatch]:
+        """One global mini-batch per iteration, drawn identically on every rank (GSplit §3);
+        the first ``skip`` of the first epoch left out (trained before a checkpoint)."""
         from gnnflow.strategies.common import batch_generator
 
         n = self.train_ids.numel()
@@ -241,6 +243,8 @@ class SplitParallel(MiniBatchStrategy):
             gen = batch_generator(self.cfg.seed * 1_000_003 + epoch)
             perm = torch.randperm(n, generator=gen)
             for j, chunk in enumerate(torch.tensor_split(perm, self.num_batches)):
+                if epoch == first_epoch and j < skip:
+                    continue
                 batch = self.train_ids[chunk]
                 local = group_targets(batch, self.node_part_t, self.group_index, self.num_groups, self.group_rank)
                 yield MiniBatch(epoch=epoch, index=j, targets=local, labels=self.graph.load_labels(local),

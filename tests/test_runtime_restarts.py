@@ -1,0 +1,95 @@
+"""Automatic recovery (``--max-restarts``): a rank SIGKILLed at epoch 2, or in the middle of an epoch
+with ``--checkpoint-every-s``, is restarted from the last good checkpoint, and the run's records
+(measurement columns aside) equal those of an uninterrupted run."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+from conftest import synthetic_graph_book, unmeasured_records
+
+from gnnflow.strategies.checkpoint import load_checkpoint
+
+STRATEGIES = {
+    "data": [],
+    "split": [],
+    "hec": [],
+    "fullbatch": ["--model", "gcn", "--fanouts=-1,-1"],
+    "dgcl": ["--model", "gcn", "--fanouts=-1,-1"],
+}
+
+
+@pytest.fixture(scope="module")
+def graph_book(tmp_path_factory):
+    return synthetic_graph_book(tmp_path_factory.mktemp("restarts"), 2048, "metis", 2)
+
+
+def _args(graph_book: tuple[str, str], strategy: str, out: Path, *extra: str) -> list[str]:
+    graph, book = graph_book
+    epochs = "12" if strategy in ("fullbatch", "dgcl") else "4"  # one step per full-batch epoch
+    return [sys.executable, "-m", "gnnflow.cli", "train", "--strategy", strategy, "--graph", graph,
+            "--partition", book, "--workers", "2", "--epochs", epochs, "--batch-size", "32", "--hidden", "8",
+            "--seed", "0", "--run-id", "r", "--out", str(out), *STRATEGIES[strategy], *extra]
+
+
+def _epochs_written(out: Path) -> int:
+    f = out / "records.jsonl"
+    return len(f.read_text().splitlines()) // 2 if f.exists() else 0
+
+
+def _mid_epoch_checkpoint(out: Path) -> bool:
+    """The newest checkpoint was written inside an epoch after the first."""
+    try:
+        ckpt = load_checkpoint(out)
+    except Exception:  # not there yet, or being written
+        return False
+    return bool(ckpt.get("batch")) and int(ckpt["epoch"]) >= 0
+
+
+def _kill_a_rank_when(proc: subprocess.Popen, ready, timeout_s: float = 300) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not ready() and time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise AssertionError("the run ended before the kill: " + proc.communicate()[1][-2000:])
+        time.sleep(0.02)
+    assert ready(), "the run never reached the point of the kill"
+    ranks = [p for p in psutil.Process(proc.pid).children() if "spawn_main" in " ".join(p.cmdline())]
+    sorted(ranks, key=lambda p: (p.create_time(), p.pid))[1].kill()  # SIGKILL rank 1
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mid_epoch", [False, True], ids=["at-epoch-2", "mid-epoch"])
+@pytest.mark.parametrize("strategy", list(STRATEGIES))
+def test_a_killed_rank_is_restarted_and_the_records_equal_an_uninterrupted_run(graph_book, tmp_path, strategy,
+                                                                               mid_epoch):
+    if mid_epoch and strategy in ("fullbatch", "dgcl"):
+        pytest.skip("a full-batch epoch is one step: its checkpoints are the epochs'")
+    whole = tmp_path / "whole"
+    ref = subprocess.run(_args(graph_book, strategy, whole), capture_output=True, text=True, timeout=900)
+    assert ref.returncode == 0, ref.stderr[-2000:]
+    out = tmp_path / "restarted"
+    extra = ["--max-restarts", "1", *(["--checkpoint-every-s", "0.001"] if mid_epoch else [])]
+    proc = subprocess.Popen(_args(graph_book, strategy, out, *extra), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        if mid_epoch:
+            _kill_a_rank_when(proc, lambda: _epochs_written(out) >= 1 and _mid_epoch_checkpoint(out))
+        else:
+            _kill_a_rank_when(proc, lambda: _epochs_written(out) >= 2)  # epochs 0 and 1 are written
+        _, err = proc.communicate(timeout=900)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err[-3000:]
+    assert "restart 1 of 1 after: rank 1 died (killed by signal SIGKILL)" in err, err[-3000:]
+    info = json.loads((out / "run.json").read_text())
+    assert info["status"] == "done" and len(info["restarts"]) == 1
+    if mid_epoch:
+        assert info["restarts"][0]["resumed_at_batch"], info["restarts"]  # inside an epoch
+    assert unmeasured_records(out) == unmeasured_records(whole)
