@@ -7,8 +7,6 @@ for NCCL; on one GPU they share it and CUDA tensors go over gloo (``cpu:gloo,cud
 
 from __future__ import annotations
 
-import math
-
 import pytest
 import torch
 
@@ -33,7 +31,8 @@ STRATEGIES = {
 
 
 @pytest.fixture(scope="module")
-def graph_book(tmp_path_factory):
+def graph_books(tmp_path_factory):
+    """The graph store and a partition book per worker count (a run needs a part per rank)."""
     from conftest import random_store_arrays
 
     from gnnflow.data.store import write_store
@@ -41,7 +40,8 @@ def graph_book(tmp_path_factory):
 
     tmp = tmp_path_factory.mktemp("gpu")
     store = write_store(tmp / "g", name="g", source="test", directed=False, **random_store_arrays())
-    return str(store.path), str(partition_graph(store.path, "metis", 2, tmp / "book", seed=0).path)
+    books = {p: str(partition_graph(store.path, "metis", p, tmp / f"book{p}", seed=0).path) for p in (1, 2)}
+    return str(store.path), books
 
 
 def _rows(records):
@@ -51,26 +51,19 @@ def _rows(records):
 
 @pytest.mark.parametrize("workers", [1, 2])
 @pytest.mark.parametrize("strategy", sorted(STRATEGIES))
-def test_strategy_on_cuda_matches_cpu(strategy, workers, graph_book, tmp_path):
+def test_strategy_on_cuda_matches_cpu(strategy, workers, graph_books, tmp_path):
+    from conftest import assert_records_match
+
     if strategy == "single" and workers == 2:
         pytest.skip("single is one process")
-    graph, book = graph_book
-    common = dict(graph=graph, partition=book, strategy=strategy, workers=workers, hidden=8, num_layers=2,
-                  fanouts=[3, 3], batch_size=64, epochs=2, dropout=0.0, seed=0,
+    graph, books = graph_books
+    common = dict(graph=graph, partition=books[workers], strategy=strategy, workers=workers, hidden=8,
+                  num_layers=2, fanouts=[3, 3], batch_size=64, epochs=2, dropout=0.0, seed=0,
                   options={"pipeline": True})
     common.update(STRATEGIES[strategy])
     cpu = _rows(run_training(TrainConfig(**common, device="cpu", out=str(tmp_path / "cpu"))))
     gpu = _rows(run_training(TrainConfig(**common, device="cuda", out=str(tmp_path / "cuda"))))
-    assert len(cpu) == len(gpu)
-    for a, b in zip(cpu, gpu, strict=True):
-        assert a.keys() == b.keys()
-        for k, v in a.items():
-            if k.endswith("_acc"):
-                assert math.isnan(v) == math.isnan(b[k]) and (math.isnan(v) or abs(v - b[k]) <= ACC_ATOL), k
-            elif "loss" in k and isinstance(v, float):
-                assert math.isnan(v) == math.isnan(b[k]) and (math.isnan(v) or math.isclose(v, b[k], rel_tol=LOSS_RTOL)), k
-            elif k != "device":
-                assert v == b[k], (k, v, b[k])
+    assert_records_match(gpu, cpu, loss_rtol=LOSS_RTOL, acc_atol=ACC_ATOL, ignore=("device",))
 
 
 def test_device_copier_reuses_pinned_buffers():
