@@ -17,7 +17,9 @@ between repeats (DGL its sparse formats, we the transposed CSR, PyG its
 iteration.  The headline ratio is the largest over layers and peers.
 
 ``--device cuda`` runs ours and PyG on the GPU (synchronised timing); DGL
-1.1.3's wheel has no CUDA kernels, so its rows are left out there.
+1.1.3's wheel has no CUDA kernels, so its rows are left out there, as they are
+wherever DGL does not import (:func:`dgl_rows_note`; the result says why in
+``notes``): our layers then keep their own initial weights, PyG takes them.
 """
 
 from __future__ import annotations
@@ -59,6 +61,19 @@ def add_peer_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-pyg", action="store_true", help="leave PyG (the peers extra) out")
 
 
+def dgl_rows_note(device: torch.device) -> str | None:
+    """Why DGL's rows are left out on ``device`` (None: they run).  DGL is imported here only,
+    so a machine without it (or a GPU machine without its CPU wheel) still runs the other rows."""
+    if device.type != "cpu":
+        return "DGL rows left out: DGL 1.1.3's wheel has no CUDA kernels"
+    try:
+        os.environ.setdefault("DGLBACKEND", "pytorch")
+        import dgl  # noqa: F401
+    except ImportError as exc:
+        return f"DGL rows left out: DGL does not import here ({exc})"
+    return None
+
+
 def bench_device(name: str) -> torch.device:
     if name == "cuda" and not torch.cuda.is_available():
         raise GnnflowError("--device cuda: torch sees no CUDA device here (install a CUDA build of torch, "
@@ -71,23 +86,31 @@ def synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def layer_pair(kind: str, in_dim: int, out_dim: int, heads: int) -> tuple[torch.nn.Module, torch.nn.Module]:
-    """``(ours, dgl)`` modules of one layer kind with identical weights."""
-    os.environ.setdefault("DGLBACKEND", "pytorch")
-    import dgl.nn.pytorch as dglnn
-
+def our_layer(kind: str, in_dim: int, out_dim: int, heads: int) -> torch.nn.Module:
+    """Our module of one layer kind."""
     from gnnflow.nn import GATConv, GCNConv, SAGEConv
 
     if kind == "sage":
-        ours, theirs = SAGEConv(in_dim, out_dim), dglnn.SAGEConv(in_dim, out_dim, "mean")
+        return SAGEConv(in_dim, out_dim)
+    if kind in ("gcn-both", "gcn-right"):
+        return GCNConv(in_dim, out_dim, norm=kind.split("-")[1])
+    if kind == "gat":
+        return GATConv(in_dim, max(1, out_dim // heads), heads)
+    raise ValueError(f"unknown layer {kind!r}; choose from {', '.join(LAYERS)}")
+
+
+def layer_pair(kind: str, in_dim: int, out_dim: int, heads: int) -> tuple[torch.nn.Module, torch.nn.Module]:
+    """``(ours, dgl)`` modules of one layer kind with identical weights (DGL's initialisation)."""
+    os.environ.setdefault("DGLBACKEND", "pytorch")
+    import dgl.nn.pytorch as dglnn
+
+    ours = our_layer(kind, in_dim, out_dim, heads)
+    if kind == "sage":
+        theirs = dglnn.SAGEConv(in_dim, out_dim, "mean")
     elif kind in ("gcn-both", "gcn-right"):
-        norm = kind.split("-")[1]
-        ours, theirs = GCNConv(in_dim, out_dim, norm=norm), dglnn.GraphConv(in_dim, out_dim, norm=norm, allow_zero_in_degree=True)
-    elif kind == "gat":
-        per_head = max(1, out_dim // heads)
-        ours, theirs = GATConv(in_dim, per_head, heads), dglnn.GATConv(in_dim, per_head, num_heads=heads, allow_zero_in_degree=True)
+        theirs = dglnn.GraphConv(in_dim, out_dim, norm=kind.split("-")[1], allow_zero_in_degree=True)
     else:
-        raise ValueError(f"unknown layer {kind!r}; choose from {', '.join(LAYERS)}")
+        theirs = dglnn.GATConv(in_dim, max(1, out_dim // heads), num_heads=heads, allow_zero_in_degree=True)
     ours.load_state_dict(theirs.state_dict())
     return ours, theirs
 
@@ -103,14 +126,15 @@ def check_equal(name: str, got: torch.Tensor, ref: torch.Tensor) -> float:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    import dgl
-
     from gnnflow.bench import pyg_peer
     from gnnflow.sampling import NeighborSampler
 
     kinds = [k.strip() for k in args.layers.split(",") if k.strip()]
     device = bench_device(args.device)
-    use_dgl, use_pyg = device.type == "cpu", not args.no_pyg
+    dgl_note = dgl_rows_note(device)
+    use_dgl, use_pyg = dgl_note is None, not args.no_pyg
+    if not (use_dgl or use_pyg):
+        raise GnnflowError(f"bench layers: no peer to compare with ({dgl_note}; --no-pyg)")
     if use_pyg:
         pyg_peer.require_pyg()
     threads = set_threads(args.threads)
@@ -120,8 +144,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     rng = np.random.default_rng(args.seed + 1)
     targets = torch.from_numpy(rng.choice(num_nodes, args.batch_size, replace=False))
     block = sampler.sample_blocks(targets)[0]
-    graph = dgl.create_block((block.indices, block.edge_dst()), num_src_nodes=block.num_src,
-                             num_dst_nodes=block.num_dst)
+    graph = None
+    if use_dgl:
+        import dgl
+
+        graph = dgl.create_block((block.indices, block.edge_dst()), num_src_nodes=block.num_src,
+                                 num_dst_nodes=block.num_dst)
     torch.manual_seed(args.seed)
     x = torch.randn(block.num_src, args.in_dim, device=device)
     ours_block = block.to(device)
@@ -139,7 +167,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     results: dict[str, dict[str, Any]] = {}
     ratios = []
     for kind in kinds:
-        ours, theirs = layer_pair(kind, args.in_dim, args.out_dim, args.heads)
+        if use_dgl:
+            ours, theirs = layer_pair(kind, args.in_dim, args.out_dim, args.heads)
+        else:
+            ours, theirs = our_layer(kind, args.in_dim, args.out_dim, args.heads), None
         ours = ours.to(device)
         got = step(ours, ours_block, None)[2]  # warm-up every side; check each against ours
         systems: dict[str, tuple[torch.nn.Module, Any]] = {"ours": (ours, ours_block)}
@@ -191,14 +222,16 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         ms = "/".join(f"{v[n + '_ms']:.0f}" for n in ("ours", "dgl", "pyg_edge_index", "pyg_adj_t") if n + "_ms" in v)
         parts.append(f"{k} {', '.join(peers)} ({ms} ms)")
     max_diff = max((d for v in results.values() for d in v["max_abs_diff"].values()), default=0.0)
+    notes = [dgl_note] if dgl_note else []
     result = {
         "summary": (
             f"layers: max ratio {ratios[worst]['value']:.2f} ({ratios[worst]['name']}); ours/peer per layer: "
             f"{'; '.join(parts)} [ms: ours/DGL/PyG edge_index/PyG adj_t]; peers' outputs equal ours (max abs "
             f"diff {max_diff:.1e}); block {block.num_dst} "
             f"dst, {block.num_src} src, {block.num_edges} edges from {desc}; dims {args.in_dim}->{args.out_dim}, "
-            f"{threads} threads, {device.type}"
+            f"{threads} threads, {device.type}" + "".join(f"; {n}" for n in notes)
         ),
+        "notes": notes,
         "graph": desc,
         "layers": results,
         "block": {"num_dst": block.num_dst, "num_src": block.num_src, "num_edges": block.num_edges},
