@@ -215,6 +215,10 @@ class DeviceCSR:
             return self.indices[eid].long()
         return self.indices[eid.cpu()].long().to(self.device, non_blocking=True)
 
+    @property
+    def num_edges(self) -> int:
+        return int(self.indices.shape[0])
+
     def in_degrees(self) -> torch.Tensor:
         return self.indptr[1:] - self.indptr[:-1]
 
@@ -278,6 +282,13 @@ class TensorNeighborSampler(TensorLayerwise):
         """Uniform sampling without replacement from the whole CSR (``dst``: rows, on the device)."""
         return csr_sample(self.csr, dst, fanout, self.key, layer,
                           dst if self.vertex_ids is None else self.vertex_ids[dst])
+
+
+def full_block(csr: DeviceCSR, rows: torch.Tensor, relabeler: TensorRelabeler | None = None) -> Block:
+    """The block of ``rows`` (unique vertex ids, on the CSR's device) with all their in-edges:
+    what sampling with fanout -1 gives (no draws), as full-neighbourhood inference needs."""
+    counts, src = csr_sample(csr, rows, -1, DrawKey(0), 0, rows)
+    return tensor_block(rows, counts, src, relabeler)
 
 
 def csr_sample(csr: DeviceCSR, rows: torch.Tensor, fanout: int, key: DrawKey, layer: int,

@@ -10,6 +10,7 @@ chunked computation equals a whole-graph forward pass.
 from __future__ import annotations
 
 import json
+import math
 import random
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -22,7 +23,8 @@ import torch
 from gnnflow.config import TrainConfig
 from gnnflow.io import atomic_file
 from gnnflow.nn.model import GNN
-from gnnflow.sampling import Block, NeighborSampler, as_long_tensor
+from gnnflow.sampling import Block, as_long_tensor
+from gnnflow.sampling.tensor_sampler import DeviceCSR, TensorRelabeler, full_block
 
 
 class GraphLike(Protocol):
@@ -156,37 +158,63 @@ def feature_rows(features: np.ndarray, ids: torch.Tensor) -> torch.Tensor:
 
 @torch.no_grad()
 def full_inference(model: GNN, indptr: np.ndarray, indices: np.ndarray, features: np.ndarray,
-                   device: torch.device | str = "cpu", chunk_size: int = 65536) -> torch.Tensor:
-    """Logits of every vertex with full neighbourhoods, computed layer by layer in chunks."""
+                   device: torch.device | str = "cpu", chunk_size: int | None = None) -> torch.Tensor:
+    """Logits of every vertex with full neighbourhoods, computed layer by layer in chunks of
+    ``chunk_size`` destinations (default: :func:`~gnnflow.strategies.device_eval.chunk_rows`) on
+    ``device``.  A chunk's block is built where the CSR is (:class:`DeviceCSR`, on the device);
+    a layer's table stays on a GPU when it fits (:mod:`gnnflow.strategies.device_eval`), else in
+    host memory; the logits are returned on the host."""
+    from gnnflow.strategies.device_eval import chunk_rows, empty_block, fits_on_device
+
     device = torch.device(device)
-    indptr = np.asarray(indptr)
-    num_nodes = indptr.shape[0] - 1
-    in_deg, out_deg = graph_degrees(indptr, indices)
-    sampler = NeighborSampler(indptr, indices, [-1])
+    csr = DeviceCSR(indptr, indices, device)
+    num_nodes = csr.num_nodes
+    in_deg, out_deg = csr.in_degrees().float(), csr.out_degrees().float()
     was_training = model.training
     model.eval()
     try:
-        h: torch.Tensor | None = None  # layer 0 reads feature rows chunk by chunk (memory-mapped)
-        chunks = [torch.arange(s, min(s + chunk_size, num_nodes)) for s in range(0, num_nodes, chunk_size)]
-        blocks: list[Block] = []
-        for chunk in chunks:
-            block, _ = sampler.sample_layer(chunk, -1, 0)
-            block.src_deg, block.dst_deg = out_deg[block.src_ids], in_deg[block.dst_ids]
-            blocks.append(block)
+        # layer 0 reads the (memory-mapped) feature rows chunk by chunk, or all of them on a GPU
+        # where they fit: one copy instead of a gather and a copy per chunk
+        h: torch.Tensor | None = None
+        if fits_on_device(4 * num_nodes * int(features.shape[1]), device):
+            h = read_only_tensor(np.asarray(features, dtype=np.float32)).to(device)
+        step = chunk_size or chunk_rows(num_nodes, csr.num_edges, int(features.shape[1]), device)
+        relabeler = TensorRelabeler(num_nodes, device)
+        dims = [int(features.shape[1])]  # each layer's input width
+        spans = [(s, min(s + step, num_nodes)) for s in range(0, num_nodes, step)]
+        # the blocks are built once for every layer, unless a GPU has no room to keep them
+        kept: list[Block] | None = [] if fits_on_device(3 * 8 * csr.num_edges, device) or device.type == "cpu" \
+            else None
         for i in range(model.num_layers):
+            # the layer's output table stays on the device when it fits (its width from an empty block)
+            width = math.prod(model.layer_step(i, empty_block(device), torch.zeros((0, dims[i]), device=device))
+                              .shape[1:])
+            on_device = fits_on_device(4 * num_nodes * width, device)
             outs = []
-            for b in blocks:
-                h_src = feature_rows(features, b.src_ids) if h is None else h[b.src_ids]
-                outs.append(model.layer_step(i, b.to(device), h_src.to(device)).cpu())
+            for c, (lo, hi) in enumerate(spans):
+                if kept is not None and c < len(kept):
+                    b = kept[c]
+                else:
+                    b = full_block(csr, torch.arange(lo, hi, device=device), relabeler)
+                    b.src_deg, b.dst_deg = out_deg[b.src_ids], in_deg[b.dst_ids]
+                    if kept is not None:
+                        kept.append(b)
+                if h is None:
+                    h_src = feature_rows(features, b.src_ids.cpu()).to(device)
+                else:
+                    h_src = h[b.src_ids.to(h.device)].to(device)
+                out = model.layer_step(i, b, h_src)
+                outs.append(out if on_device else out.cpu())
             h = torch.cat(outs)
+            dims.append(width)
     finally:
         model.train(was_training)
     assert h is not None
-    return h
+    return h.cpu()
 
 
 def evaluate_full(model: GNN, graph: GraphLike, device: torch.device | str = "cpu",
-                  chunk_size: int = 65536) -> dict[str, Any]:
+                  chunk_size: int | None = None) -> dict[str, Any]:
     """Full-neighbourhood accuracies and losses of ``model`` on ``graph``'s train/val/test splits
     (:mod:`gnnflow.strategies.metrics`)."""
     if graph.features is None:
