@@ -75,10 +75,9 @@ def dgl_rows_note(device: torch.device) -> str | None:
 
 
 def bench_device(name: str) -> torch.device:
-    if name == "cuda" and not torch.cuda.is_available():
-        raise GnnflowError("--device cuda: torch sees no CUDA device here (install a CUDA build of torch, "
-                           "see README 'GPU install'), or use --device cpu")
-    return torch.device(name)
+    from gnnflow.runtime.devices import available_device
+
+    return available_device(name)
 
 
 def synchronize(device: torch.device) -> None:

@@ -90,6 +90,16 @@ def stages_through_host(tensor_device: torch.device | str, backend: str | None) 
     return dev.type == "cuda" and backend is not None and backend_for(dev, backend) == "gloo"
 
 
+def available_device(name: str) -> torch.device:
+    """``name`` (``cpu`` or ``cuda``) as a device, or a one-line error when torch sees no CUDA device."""
+    from gnnflow.errors import ConfigError
+
+    if str(name).startswith("cuda") and not torch.cuda.is_available():
+        raise ConfigError(f"--device {name}: torch sees no CUDA device here (install a CUDA build of torch, "
+                          "see README 'GPU install'), or use --device cpu")
+    return torch.device(name)
+
+
 def local_rank(fallback: int) -> int:
     """This process's rank on its host: ``LOCAL_RANK`` (torchrun), ``SLURM_LOCALID`` (srun), else
     ``fallback`` (the local launcher's rank index)."""
