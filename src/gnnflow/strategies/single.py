@@ -143,7 +143,7 @@ class SingleProcess(Strategy):
                         b.src_deg, b.dst_deg = out_deg[b.src_ids], in_deg[b.dst_ids]
             rec.count("sampled_edges", sum(b.num_edges for b in blocks))
             with rec.timer("load"):
-                x = self._input_rows(blocks[0].src_ids, rec)
+                x = self.input_rows(blocks[0].src_ids, rec)
                 y = self.labels[targets]
                 blocks = [b.to(self.ctx.device) for b in blocks]
                 x, y = x.to(self.ctx.device), y.to(self.ctx.device)
@@ -154,7 +154,7 @@ class SingleProcess(Strategy):
         record_hit_rate(rec, self.device_cache)
         return total / max(count, 1)
 
-    def _input_rows(self, ids: torch.Tensor, rec: Recorder) -> torch.Tensor:
+    def input_rows(self, ids: torch.Tensor, rec: Recorder) -> torch.Tensor:
         """The input rows of a batch: from the device cache where it holds them, the rest (all of
         them without a cache) read from the store (``features_loaded``)."""
         assert self.store is not None and self.store.features is not None
