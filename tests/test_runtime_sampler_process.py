@@ -136,10 +136,10 @@ def test_process_samplers_refused_for_a_strategy_with_its_own_stages(graph_book)
 
 
 @pytest.mark.parametrize("strategy, samplers, message", [
-    ("data", "fork", "options.samplers: 'thread' or 'process', got 'fork'"),
+    ("data", "fork", "options.samplers: one of thread, process, got 'fork'"),
     ("p3", "process", "samplers=process: strategy 'p3' has its own"),
-    ("data", {"feature_cache_mib": "lots"}, "options cache_rows / feature_cache_mib"),
-    ("data", {"cache_rows": -5}, "options.cache_rows: a count of rows, got -5"),
+    ("data", {"feature_cache_mib": "lots"}, "options.feature_cache_mib: expected a number, got 'lots'"),
+    ("data", {"cache_rows": -5}, "options.cache_rows: must be >= 0, got -5"),
 ])
 def test_bad_samplers_option_fails_before_anything_is_written(graph_book, tmp_path, strategy, samplers, message):
     out = tmp_path / "run"
