@@ -15,12 +15,10 @@ never the whole graph or feature file).  One training iteration on every rank:
    on a balanced partition);
 2. **sample** — :class:`~gnnflow.strategies.minibatch.sampler.DistNeighborSampler`
    (owners sample their vertices, §4.2.2) or, with ``replicate_structure``,
-   the full CSR locally; with ``sampling=device`` (``auto`` on a CUDA run, for strategies with
-   :class:`~gnnflow.strategies.device_path.DevicePathOptions`) the same draws on the rank's
-   device (:mod:`gnnflow.strategies.minibatch.device_sampler`);
+   the full CSR locally; or the same draws on the rank's device (``sampling``, docs/gpu.md);
 3. **load** — input rows from the :class:`~gnnflow.strategies.minibatch.feature_store.FeatureStore`
-   (local rows, optional hot-row cache, one all-to-all for remote rows), the hot rows first
-   from the rank's device with ``device_cache_mib`` (:mod:`gnnflow.strategies.device_cache`);
+   (local rows, optional hot-row cache, one all-to-all for remote rows; ``device_cache_mib``:
+   hot rows first from the rank's device);
 4. **device copy**;
 5. **forward/backward** — loss = cross-entropy summed over the local targets
    divided by the GLOBAL batch size (known from the schedule without
