@@ -73,6 +73,39 @@ def unmeasured_records(run_dir) -> list[dict]:
     return sorted(rows, key=lambda r: (r["epoch"], r["rank"]))
 
 
+def same_value(a, b) -> bool:
+    """Equality of two record values with NaN equal to NaN: a column that is NaN by design (a
+    hit rate with nothing searched, an accuracy of a non-evaluation epoch) matches itself."""
+    import math
+
+    if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
+        return True
+    return a == b
+
+
+def assert_records_match(got: list[dict], ref: list[dict], loss_rtol: float = 0.0, acc_atol: float = 0.0,
+                         ignore: tuple[str, ...] = ()) -> None:
+    """Two runs' records (rows in the same order) agree column by column: accuracies within
+    ``acc_atol``, losses within ``loss_rtol`` relative, everything else equal; NaN equals NaN
+    everywhere (:func:`same_value`).  ``ignore``: columns left out (e.g. ``device``)."""
+    import math
+
+    assert len(got) == len(ref), (len(got), len(ref))
+    for a, b in zip(got, ref, strict=True):
+        assert a.keys() == b.keys(), sorted(set(a) ^ set(b))
+        for k, v in b.items():
+            w = a[k]
+            if k in ignore or same_value(w, v):
+                continue
+            both = isinstance(v, float) and isinstance(w, float) and not (math.isnan(v) or math.isnan(w))
+            if both and k.endswith("_acc"):
+                assert abs(w - v) <= acc_atol, (k, w, v)
+            elif both and "loss" in k:
+                assert math.isclose(w, v, rel_tol=loss_rtol), (k, w, v)
+            else:
+                raise AssertionError((k, w, v))
+
+
 def results_table(runs: list[dict], epochs: int = 2, ranks: int = 2):
     """A hand-made results table (one row per run × epoch × rank) whose per-run figures are
     exactly the given values once ranks are collapsed (times: slowest rank, counters: summed).

@@ -57,3 +57,17 @@ def test_verify_cli_rejects_strategy_without_verify(capsys):
 
     assert main(["verify", "--strategy", "distdgl", "--workers", "2"]) == 1
     assert "does not claim single-process mathematics" in capsys.readouterr().err
+
+
+def test_verify_cli_device_cpu_and_a_missing_gpu(capsys, tmp_path, monkeypatch):
+    """``--device cpu`` is the default check; ``--device cuda`` where torch sees no GPU is one
+    clear error (with a GPU, tests/test_gpu.py runs every exact strategy's check on it)."""
+    from gnnflow.cli import main
+
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    code = main(["verify", "--strategy", "data", "--workers", "2", "--device", "cpu", "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert code == 0 and out["passed"] and out["device"] == "cpu"
+    monkeypatch.setattr("torch.cuda.is_available", lambda: False)
+    assert main(["verify", "--strategy", "data", "--workers", "2", "--device", "cuda"]) == 1
+    assert "--device cuda: torch sees no CUDA device" in capsys.readouterr().err

@@ -8,6 +8,12 @@ or a payload through the host, fails here), its tensors must be on the device th
 for a CPU run, and under the CUDA mapping (``cpu:gloo,cuda:nccl``, rank r on ``cuda:r``) the kind
 must land host bookkeeping on gloo and payload on NCCL on the rank's own GPU.  A static check
 keeps every tensor collective of ``src/`` behind the checked wrappers.
+
+Ranks sharing one GPU are simulated the same way: under ``rank_device(r, "cuda", 1)`` and
+``SHARED_GPU_BACKEND`` every payload lands on ``cuda:0`` over gloo, and the point-to-point
+payload sites are the ones staged through host copies.  DGCL is run once more with
+``GNNFLOW_STAGE_ON_HOST=1``, which takes that staging path on the CPU: its host copies must be
+logged as host tensors staging a payload site, and the run must give the unstaged run's records.
 """
 
 from __future__ import annotations
@@ -18,21 +24,25 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import assert_records_match, unmeasured_records
 
 from gnnflow.runtime import devices
 from gnnflow.runtime.devices import (
     COMPUTE,
     CUDA_BACKEND,
     HOST,
+    SHARED_GPU_BACKEND,
     PlacementError,
     backend_for,
     default_backend,
     placement_device,
     placement_problem,
     rank_device,
+    stages_through_host,
 )
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "gnnflow"
+STAGED = "dgcl+staged"  # DGCL again, its point-to-point payloads staged through host copies
 
 # call site -> kind of its tensors, for the collectives the runs below make
 SITES = {
@@ -73,6 +83,17 @@ def test_backend_for_cuda_runs():
     assert backend_for("cuda:0", "gloo") == "gloo"
     with pytest.raises(PlacementError, match="cpu tensors"):
         backend_for("cpu", "nccl")  # the bug of issue 22: bookkeeping on a plain NCCL group
+
+
+def test_point_to_point_payloads_are_staged_where_ranks_share_a_gpu(monkeypatch):
+    monkeypatch.delenv(devices.STAGE_ON_HOST_ENV, raising=False)
+    assert stages_through_host("cuda:0", SHARED_GPU_BACKEND)  # gloo sends host memory only
+    assert not stages_through_host("cuda:0", CUDA_BACKEND)  # NCCL sends device memory
+    assert not stages_through_host("cpu", SHARED_GPU_BACKEND)
+    assert not stages_through_host("cpu", "gloo")
+    assert not stages_through_host("cuda:0", None)  # no group: nothing is sent
+    monkeypatch.setenv(devices.STAGE_ON_HOST_ENV, "1")
+    assert stages_through_host("cpu", "gloo")  # the shared-GPU path, taken on a CPU run
 
 
 def test_rank_device_is_the_local_rank(monkeypatch):
@@ -134,19 +155,24 @@ def placement_log(tmp_path_factory):
             "fullbatch": dict(model="gcn", fanouts=[-1, -1]), "dgcl": dict(model="gcn", fanouts=[-1, -1])}
     records = []
     try:
-        for strategy, extra in runs.items():
-            run_training(TrainConfig(**{**common, **extra}, strategy=strategy, out=str(tmp / strategy)))
+        for name in [*runs, STAGED]:
+            strategy = name.partition("+")[0]
+            if name == STAGED:  # the point-to-point staging of ranks sharing a GPU, on the CPU
+                mp.setenv(devices.STAGE_ON_HOST_ENV, "1")
+            run_training(TrainConfig(**{**common, **runs[strategy]}, strategy=strategy, out=str(tmp / name)))
+            mp.delenv(devices.STAGE_ON_HOST_ENV, raising=False)
             for f in sorted(log_dir.glob("rank*.jsonl")):
-                records += [dict(json.loads(line), strategy=strategy, rank=int(f.stem[4:]))
+                records += [dict(json.loads(line), strategy=name, rank=int(f.stem[4:]))
                             for line in f.read_text().splitlines()]
                 f.unlink()
     finally:
         mp.undo()
-    return records
+    return records, {name: unmeasured_records(tmp / name) for name in ("dgcl", STAGED)}
 
 
 @pytest.mark.slow
 def test_every_collective_site_uses_the_device_of_its_kind(placement_log):
+    placement_log = [rec for rec in placement_log[0] if "staged" not in rec]
     assert placement_log
     seen: dict[str, set[str]] = {}
     for rec in placement_log:
@@ -165,5 +191,30 @@ def test_every_collective_site_uses_the_device_of_its_kind(placement_log):
         assert backend_for(want, CUDA_BACKEND) == ("gloo" if rec["kind"] == HOST else "nccl")
         assert want.type == "cpu" or want.index == rec["rank"]
     strategies = {rec["strategy"] for rec in placement_log}
-    assert strategies == {"data", "split", "p3", "hec", "fullbatch", "dgcl"}
+    assert strategies == {"data", "split", "p3", "hec", "fullbatch", "dgcl", STAGED}
     assert set(seen) == set(SITES), f"declared sites these runs no longer reach: {set(SITES) - set(seen)}"
+
+
+@pytest.mark.slow
+def test_ranks_sharing_one_gpu_stage_point_to_point_payloads_on_the_host(placement_log):
+    log, records = placement_log
+    shared = [rec for rec in log if rec["strategy"] != STAGED]
+    for rec in shared:
+        # both ranks on cuda:0 (one GPU), every tensor over gloo; gloo's collectives stage CUDA
+        # tensors themselves, its point-to-point ops do not: those payloads are staged by us
+        gpu = rank_device(rec["rank"], "cuda", 1)
+        want = placement_device(rec["kind"], gpu)
+        assert want == (torch.device("cuda", 0) if rec["kind"] == COMPUTE else torch.device("cpu")), rec
+        assert backend_for(want, SHARED_GPU_BACKEND) == "gloo"
+        # a payload (on the shared GPU) would be staged, were it sent point to point
+        assert stages_through_host(want, SHARED_GPU_BACKEND) == (rec["kind"] == COMPUTE), rec
+    staged = [rec for rec in log if rec["strategy"] == STAGED and "staged" in rec]
+    assert staged, "the staged run logged no host copies"
+    for rec in staged:  # the host copies are declared host tensors carrying a payload site's rows
+        assert rec["kind"] == HOST and rec["staged"] == COMPUTE == SITES[rec["site"]], rec
+        assert rec["op"] == "batch_isend_irecv" and rec["devices"] in ([], ["cpu"]), rec
+    staged_sites = {rec["site"] for rec in staged}
+    p2p_sites = {rec["site"] for rec in shared if rec["op"] == "batch_isend_irecv" and rec["kind"] == COMPUTE}
+    assert staged_sites == p2p_sites == {"gnnflow.comm.allgather:_exchange"}
+    # staged or not, the exchange delivers the same rows: the runs' records are equal
+    assert_records_match(records[STAGED], records["dgcl"], ignore=("run_id",))

@@ -154,6 +154,20 @@ def test_chunked_inference_equals_whole_graph(tiny_store, model):
     assert set(accs) == {f"{s}_{m}" for s in ("train", "val", "test") for m in ("acc", "loss")}
 
 
+@pytest.mark.parametrize("model", ["sage", "gat"])
+def test_inference_with_tables_on_the_device_equals_host_tables(tiny_store, model, monkeypatch):
+    """The device path of full inference (features and hidden tables kept where the chunks run,
+    what a GPU with room does), taken on the CPU: the same logits as host tables."""
+    from gnnflow.strategies import device_eval
+
+    torch.manual_seed(0)
+    net = build_model(model, tiny_store.feature_dim, 8, tiny_store.num_classes, 2, dropout=0.5, heads=2)
+    args = (net, tiny_store.indptr, tiny_store.indices, tiny_store.features)
+    host = full_inference(*args, chunk_size=37)
+    monkeypatch.setattr(device_eval, "fits_on_device", lambda nbytes, device: True)
+    assert torch.equal(full_inference(*args, chunk_size=37), host)
+
+
 def test_sigkill_then_resume_equals_uninterrupted(tiny_store, tmp_path, one_thread):
     import os
     import signal

@@ -230,10 +230,11 @@ class PyGFullGraphGCN(FullGraphPeer):
 def single_process(graph: str, args: argparse.Namespace) -> dict[str, Any]:
     """Ours, DGL's and PyG's (both forms) full-graph GCN epochs, alternating; outputs checked first."""
     from gnnflow.bench import pyg_peer
-    from gnnflow.bench.layers import bench_device, check_equal, synchronize
+    from gnnflow.bench.layers import bench_device, check_equal, dgl_rows_note, synchronize
     from gnnflow.strategies.fullbatch.row1d import FullBatch
 
     device = bench_device(args.device)
+    dgl_note = dgl_rows_note(device)
     ours = FullBatch(_cfg(graph, args, cache_input_spmm=args.cache_input_spmm), RankContext(device=device))
     ours.prepare()
     assert ours.model is not None
@@ -243,7 +244,7 @@ def single_process(graph: str, args: argparse.Namespace) -> dict[str, Any]:
     runners = {"ours": lambda: ours.run_epoch(0, Recorder())}
     diffs: dict[str, float] = {}
     peers: list[tuple[str, FullGraphPeer]] = []
-    if device.type == "cpu":
+    if dgl_note is None:
         peers.append(("dgl", DGLFullGraphGCN(graph, args, ours.model, device)))
     if not args.no_pyg:
         pyg_peer.require_pyg()
@@ -268,7 +269,7 @@ def single_process(graph: str, args: argparse.Namespace) -> dict[str, Any]:
                 times[name].append(time.perf_counter() - t)
     med = {k: statistics.median(v) for k, v in times.items()}
     out: dict[str, Any] = {"ours_epoch_s": med["ours"], "epoch_all_s": times, "last_loss": losses,
-                           "max_abs_diff": diffs, "device": device.type,
+                           "max_abs_diff": diffs, "device": device.type, "notes": [dgl_note] if dgl_note else [],
                            "order_spmm_first": [ours.spmm_first(i) for i in range(args.layers)]}
     if "dgl" in med:
         out["dgl_epoch_s"] = med["dgl"]
@@ -438,7 +439,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 line += (f", PyG {single['pyg_epoch_s']:.3f}s ({single['pyg_form']}; ratio "
                          f"{ratios[-1]['value']:.3f})")
             parts.append(line + "; outputs equal with copied weights (max abs diff "
-                         f"{max(single['max_abs_diff'].values(), default=0.0):.1e})")
+                         f"{max(single['max_abs_diff'].values(), default=0.0):.1e})"
+                         + "".join(f"; {n}" for n in single["notes"]))
         if not args.skip_ranks:
             skewed = degree_ordered_copy(graph, work / (Path(graph).name + "-degree-ordered"))
             ranks = ranks_section(skewed, args)

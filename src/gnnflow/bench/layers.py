@@ -24,7 +24,9 @@ relation) from a synthetic-hetero graph generated in-process
 edges).
 
 ``--device cuda`` runs ours and PyG on the GPU (synchronised timing); DGL
-1.1.3's wheel has no CUDA kernels, so its rows are left out there.
+1.1.3's wheel has no CUDA kernels, so its rows are left out there, as they are
+wherever DGL does not import (:func:`dgl_rows_note`; the result says why in
+``notes``): our layers then keep their own initial weights, PyG takes them.
 """
 
 from __future__ import annotations
@@ -72,11 +74,23 @@ def add_peer_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-pyg", action="store_true", help="leave PyG (the peers extra) out")
 
 
+def dgl_rows_note(device: torch.device) -> str | None:
+    """Why DGL's rows are left out on ``device`` (None: they run).  DGL is imported here only,
+    so a machine without it (or a GPU machine without its CPU wheel) still runs the other rows."""
+    if device.type != "cpu":
+        return "DGL rows left out: DGL 1.1.3's wheel has no CUDA kernels"
+    try:
+        os.environ.setdefault("DGLBACKEND", "pytorch")
+        import dgl  # noqa: F401
+    except ImportError as exc:
+        return f"DGL rows left out: DGL does not import here ({exc})"
+    return None
+
+
 def bench_device(name: str) -> torch.device:
-    if name == "cuda" and not torch.cuda.is_available():
-        raise GnnflowError("--device cuda: torch sees no CUDA device here (install a CUDA build of torch, "
-                           "see README 'GPU install'), or use --device cpu")
-    return torch.device(name)
+    from gnnflow.runtime.devices import available_device
+
+    return available_device(name)
 
 
 def synchronize(device: torch.device) -> None:
@@ -84,23 +98,31 @@ def synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def layer_pair(kind: str, in_dim: int, out_dim: int, heads: int) -> tuple[torch.nn.Module, torch.nn.Module]:
-    """``(ours, dgl)`` modules of one layer kind with identical weights."""
-    os.environ.setdefault("DGLBACKEND", "pytorch")
-    import dgl.nn.pytorch as dglnn
-
+def our_layer(kind: str, in_dim: int, out_dim: int, heads: int) -> torch.nn.Module:
+    """Our module of one layer kind."""
     from gnnflow.nn import GATConv, GCNConv, SAGEConv
 
     if kind == "sage":
-        ours, theirs = SAGEConv(in_dim, out_dim), dglnn.SAGEConv(in_dim, out_dim, "mean")
+        return SAGEConv(in_dim, out_dim)
+    if kind in ("gcn-both", "gcn-right"):
+        return GCNConv(in_dim, out_dim, norm=kind.split("-")[1])
+    if kind == "gat":
+        return GATConv(in_dim, max(1, out_dim // heads), heads)
+    raise ValueError(f"unknown layer {kind!r}; choose from {', '.join(LAYERS)}")
+
+
+def layer_pair(kind: str, in_dim: int, out_dim: int, heads: int) -> tuple[torch.nn.Module, torch.nn.Module]:
+    """``(ours, dgl)`` modules of one layer kind with identical weights (DGL's initialisation)."""
+    os.environ.setdefault("DGLBACKEND", "pytorch")
+    import dgl.nn.pytorch as dglnn
+
+    ours = our_layer(kind, in_dim, out_dim, heads)
+    if kind == "sage":
+        theirs = dglnn.SAGEConv(in_dim, out_dim, "mean")
     elif kind in ("gcn-both", "gcn-right"):
-        norm = kind.split("-")[1]
-        ours, theirs = GCNConv(in_dim, out_dim, norm=norm), dglnn.GraphConv(in_dim, out_dim, norm=norm, allow_zero_in_degree=True)
-    elif kind == "gat":
-        per_head = max(1, out_dim // heads)
-        ours, theirs = GATConv(in_dim, per_head, heads), dglnn.GATConv(in_dim, per_head, num_heads=heads, allow_zero_in_degree=True)
+        theirs = dglnn.GraphConv(in_dim, out_dim, norm=kind.split("-")[1], allow_zero_in_degree=True)
     else:
-        raise ValueError(f"unknown layer {kind!r}; choose from {', '.join(LAYERS)}")
+        theirs = dglnn.GATConv(in_dim, max(1, out_dim // heads), num_heads=heads, allow_zero_in_degree=True)
     ours.load_state_dict(theirs.state_dict())
     return ours, theirs
 
@@ -130,8 +152,10 @@ def _systems(kind: str, block: Any, rel_types: list[tuple[int, int]] | None, arg
     """``{"ours", "dgl", "pyg_<form>": (module, graph)}`` for one layer kind, all holding our weights."""
     from gnnflow.bench import pyg_peer, rel_peers
 
-    if rel_types is None:
+    if rel_types is None and use_dgl:
         ours, theirs = layer_pair(kind, args.in_dim, args.out_dim, args.heads)
+    elif rel_types is None:  # no DGL: our layer keeps its own initial weights, PyG takes them
+        ours, theirs = our_layer(kind, args.in_dim, args.out_dim, args.heads), None
     else:
         ours, theirs = rel_peers.layer(kind, args.in_dim, args.out_dim, args.heads, args.num_bases, rel_types), None
     systems: dict[str, tuple[torch.nn.Module, Any]] = {"ours": (ours.to(device), block.to(device))}
@@ -165,7 +189,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     if unknown:
         raise GnnflowError(f"--layers: unknown {', '.join(unknown)}; choose from {', '.join(LAYERS)}")
     device = bench_device(args.device)
-    use_dgl, use_pyg = device.type == "cpu", not args.no_pyg
+    dgl_note = dgl_rows_note(device)
+    use_dgl, use_pyg = dgl_note is None, not args.no_pyg
+    if not (use_dgl or use_pyg):
+        raise GnnflowError(f"bench layers: no peer to compare with ({dgl_note}; --no-pyg)")
     if use_pyg:
         pyg_peer.require_pyg()
     threads = set_threads(args.threads)
@@ -239,6 +266,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         ms = "/".join(f"{v[n]:.0f}" for n in v if n.endswith("_ms"))
         parts.append(f"{k} {', '.join(peers)} ({ms} ms)")
     max_diff = max((d for v in results.values() for d in v["max_abs_diff"].values()), default=0.0)
+    notes = [dgl_note] if dgl_note else []
     described = "; ".join(f"{'typed ' if rel_types else ''}block {b.num_dst} dst, {b.num_src} src, {b.num_edges} "
                           f"edges from {desc}" for b, rel_types, desc in blocks.values())
     result = {
@@ -246,8 +274,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             f"layers: max ratio {ratios[worst]['value']:.2f} ({ratios[worst]['name']}); ours/peer per layer: "
             f"{'; '.join(parts)} [ms: ours/DGL/PyG forms]; peers' outputs equal ours (max abs "
             f"diff {max_diff:.1e}); {described}; dims {args.in_dim}->{args.out_dim}, "
-            f"{threads} threads, {device.type}"
+            f"{threads} threads, {device.type}" + "".join(f"; {n}" for n in notes)
         ),
+        "notes": notes,
         "graph": "; ".join(desc for _, _, desc in blocks.values()),
         "layers": results,
         **{("block" if name == "homogeneous" else "typed_block"): {

@@ -1,10 +1,12 @@
-"""``gnnflow verify --strategy S --workers P [--model M] [--fanouts F] [--split-group-size K] [--json]``.
+"""``gnnflow verify --strategy S --workers P [--model M] [--fanouts F] [--split-group-size K] [--device D] [--json]``.
 
 Runs the equivalence check of a distributed strategy that claims single-process
 mathematics (data-parallel with a fixed sample, split-parallel, full-batch 1D,
 graph_allgather): its check in :mod:`gnnflow.strategies.verify` compares loss, outputs and gradients with the single-process computation on
 the same input and returns ``{"passed", "max_abs_diff", "max_rel_diff", ...}``.
-Tests call the same function.  Exit status 0 when passed, 1 otherwise.
+Tests call the same function.  ``--device cuda`` runs the ranks on GPUs (ranks beyond the GPU
+count share them) against the CPU reference, at ten times the CPU tolerance.  Exit status 0 when
+passed, 1 otherwise.
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "4,3 for split; -1 = full neighbourhood)")
     parser.add_argument("--planner", default=None,
                         help="dgcl: comma-separated planners to check (default all: spst,p2p,swap,replication)")
+    parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"),
+                        help="where the ranks compute (the single-process reference runs on the CPU)")
     parser.add_argument("--split-group-size", type=int, default=None,
                         help="split: ranks per split group, data-parallel across groups (GSplit §6.4)")
     from gnnflow.runtime.hosts import add_node_arguments
@@ -43,12 +47,14 @@ def _fmt(d: dict[str, float]) -> str:
 def main(args: argparse.Namespace) -> int:
     if args.workers < 1:
         raise ConfigError(f"--workers must be >= 1, got {args.workers}")
+    from gnnflow.runtime.devices import available_device
     from gnnflow.runtime.hosts import apply_node_arguments
     from gnnflow.strategies.verify import check_of
 
     if args.strategy not in STRATEGIES:
         raise ConfigError(f"--strategy: unknown strategy {args.strategy!r}; choose one of {', '.join(STRATEGIES)}")
     fn = check_of(args.strategy)
+    available_device(args.device)
     apply_node_arguments(args)
     if args.model is None:
         import inspect
@@ -68,12 +74,13 @@ def main(args: argparse.Namespace) -> int:
             continue
         if args.strategy not in ("data", "split") or (key == "split_group_size" and args.strategy != "split"):
             raise ConfigError(f"--{key.replace('_', '-')}: not an option of verify --strategy {args.strategy}")
-    result = fn(args.workers, model=args.model, seed=args.seed, **kw)
+    result = fn(args.workers, model=args.model, seed=args.seed, device=args.device, **kw)
     if args.json:
         print(json.dumps(result, sort_keys=True, default=float))
     else:
         status = "PASSED" if result["passed"] else "FAILED"
         extra = "".join(f" {k}={result[k]}" for k in ("fanouts", "split_group_size") if k in result)
-        print(f"verify {args.strategy} workers={args.workers} model={args.model}{extra}: {status}; "
+        print(f"verify {args.strategy} workers={args.workers} model={args.model} device={args.device}{extra}: "
+              f"{status}; "
               f"max abs diff: {_fmt(result['max_abs_diff'])}; max rel diff: {_fmt(result['max_rel_diff'])}")
     return 0 if result["passed"] else 1

@@ -27,7 +27,13 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from gnnflow.runtime.devices import COMPUTE, HOST, backend_for, check_placement, group_backend
+from gnnflow.runtime.devices import (
+    COMPUTE,
+    HOST,
+    check_placement,
+    group_backend,
+    stages_through_host,
+)
 from gnnflow.runtime.watchdog import note_progress
 
 
@@ -104,16 +110,19 @@ def exchange_point_to_point(sends: list[tuple[int, torch.Tensor]], recvs: list[t
     """Send ``(peer, tensor)`` of ``sends`` and receive into ``recvs`` as one batch of point-to-point
     operations (``dist.batch_isend_irecv``: NCCL posts them as one group, so no pair of ranks waits
     on each other's order); returns when all are done.  Where gloo carries CUDA tensors (ranks
-    sharing a GPU) the tensors are staged through the host, since gloo sends host memory only."""
+    sharing a GPU) the tensors are staged through host copies, since gloo sends host memory only
+    (:func:`~gnnflow.runtime.devices.stages_through_host`); the copies are checked as ``HOST``
+    tensors staging ``kind``."""
     tensors = [t for _, t in sends] + [t for _, t in recvs]
     check_placement(kind, "batch_isend_irecv", tensors)
     if not tensors:
         return
-    dev = tensors[0].device
-    staged = dev.type == "cuda" and backend_for(dev, group_backend() or "gloo") == "gloo"
+    staged = stages_through_host(tensors[0].device, group_backend())
     if staged:
-        sends = [(p, t.cpu()) for p, t in sends]
+        sends = [(p, torch.empty_like(t, device="cpu").copy_(t)) for p, t in sends]
         host_recvs = [(p, torch.empty_like(t, device="cpu")) for p, t in recvs]
+        check_placement(HOST, "batch_isend_irecv", [t for _, t in sends] + [t for _, t in host_recvs],
+                        staged=kind)
     else:
         host_recvs = recvs
     ops = [dist.P2POp(dist.irecv, t, p, tag=tag) for p, t in host_recvs]

@@ -19,6 +19,14 @@ tested for CUDA on machines without one.
 ``GNNFLOW_PLACEMENT_LOG=DIR`` makes every rank append one line per collective to
 ``DIR/rank<r>.jsonl`` (call site, kind, devices, backend): the CPU suite reads it to check
 that every collective site uses the device its kind says.
+
+Ranks sharing a GPU.  NCCL refuses two ranks on one GPU, so their group carries CUDA tensors
+over gloo (:data:`SHARED_GPU_BACKEND`).  Gloo's collectives stage CUDA tensors through the host
+themselves, but its point-to-point sends and receives take host memory only: a payload
+exchanged point to point is then staged through host copies (:func:`stages_through_host`),
+and those copies are declared as what they are, ``HOST`` tensors (``staged`` in the log names
+the kind they carry).  ``GNNFLOW_STAGE_ON_HOST=1`` takes that path on any device, so a CPU run
+exercises the staging the shared-GPU case needs (separate host buffers, copied back).
 """
 
 from __future__ import annotations
@@ -37,6 +45,7 @@ HOST = "host"
 COMPUTE = "compute"
 KINDS = (HOST, COMPUTE)
 PLACEMENT_LOG_ENV = "GNNFLOW_PLACEMENT_LOG"
+STAGE_ON_HOST_ENV = "GNNFLOW_STAGE_ON_HOST"
 CUDA_BACKEND = "cpu:gloo,cuda:nccl"
 SHARED_GPU_BACKEND = "cpu:gloo,cuda:gloo"
 
@@ -68,6 +77,27 @@ def backend_for(tensor_device: torch.device | str, backend: str) -> str:
         return "nccl"
     raise PlacementError(f"no backend of process group '{backend}' carries {dev_type} tensors; "
                          f"a {dev_type} tensor must be moved (or the group built with '{CUDA_BACKEND}')")
+
+
+def stages_through_host(tensor_device: torch.device | str, backend: str | None) -> bool:
+    """Whether a point-to-point exchange of tensors on ``tensor_device`` under a group with
+    ``backend`` goes through host copies: a CUDA tensor that gloo carries (ranks sharing a GPU),
+    since gloo sends and receives host memory only; or any device with ``GNNFLOW_STAGE_ON_HOST=1``
+    (the shared-GPU path, taken on purpose)."""
+    if os.environ.get(STAGE_ON_HOST_ENV, "") == "1":
+        return True
+    dev = torch.device(tensor_device)
+    return dev.type == "cuda" and backend is not None and backend_for(dev, backend) == "gloo"
+
+
+def available_device(name: str) -> torch.device:
+    """``name`` (``cpu`` or ``cuda``) as a device, or a one-line error when torch sees no CUDA device."""
+    from gnnflow.errors import ConfigError
+
+    if str(name).startswith("cuda") and not torch.cuda.is_available():
+        raise ConfigError(f"--device {name}: torch sees no CUDA device here (install a CUDA build of torch, "
+                          "see README 'GPU install'), or use --device cpu")
+    return torch.device(name)
 
 
 def local_rank(fallback: int) -> int:
@@ -138,9 +168,11 @@ def group_backend(group: Any = None) -> str | None:
     return str(dist.get_backend(group))
 
 
-def check_placement(kind: str, op: str, tensors: Iterable[torch.Tensor], group: Any = None) -> None:
+def check_placement(kind: str, op: str, tensors: Iterable[torch.Tensor], group: Any = None,
+                    staged: str | None = None) -> None:
     """Raise :class:`PlacementError` unless every tensor of collective ``op`` is on ``kind``'s device
-    and ``group`` has a backend for it; log the call when ``GNNFLOW_PLACEMENT_LOG`` is set."""
+    and ``group`` has a backend for it; log the call when ``GNNFLOW_PLACEMENT_LOG`` is set.
+    ``staged``: the kind these (host) tensors are staged copies of (:func:`stages_through_host`)."""
     placement_device(kind)  # a known kind, even without tensors
     devices = [t.device for t in tensors]
     backend = group_backend(group)
@@ -150,8 +182,11 @@ def check_placement(kind: str, op: str, tensors: Iterable[torch.Tensor], group: 
             raise PlacementError(f"{op} at {_call_site()}: {problem}")
     log_dir = os.environ.get(PLACEMENT_LOG_ENV)
     if log_dir:
-        _log(Path(log_dir), {"site": _call_site(), "op": op, "kind": kind,
-                             "devices": sorted({str(d) for d in devices}), "backend": backend})
+        record = {"site": _call_site(), "op": op, "kind": kind, "devices": sorted({str(d) for d in devices}),
+                  "backend": backend}
+        if staged is not None:
+            record["staged"] = staged
+        _log(Path(log_dir), record)
 
 
 # the thin wrappers of gnnflow.comm.collectives, whose tensors' kind their caller chooses

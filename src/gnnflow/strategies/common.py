@@ -12,6 +12,7 @@ vertex types, and a relational model reads per-type input rows.
 from __future__ import annotations
 
 import json
+import math
 import random
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -24,7 +25,8 @@ import torch
 from gnnflow.config import TrainConfig
 from gnnflow.io import atomic_file
 from gnnflow.nn.model import GNN
-from gnnflow.sampling import Block, NeighborSampler, as_long_tensor
+from gnnflow.sampling import Block, as_long_tensor
+from gnnflow.sampling.tensor_sampler import DeviceCSR, TensorRelabeler, full_block
 
 if TYPE_CHECKING:
     from gnnflow.strategies.relational import TypedGraph
@@ -161,55 +163,86 @@ def feature_rows(features: np.ndarray, ids: torch.Tensor) -> torch.Tensor:
 
 @torch.no_grad()
 def full_inference(model: GNN, indptr: np.ndarray, indices: np.ndarray, features: np.ndarray | None,
-                   device: torch.device | str = "cpu", chunk_size: int = 65536,
+                   device: torch.device | str = "cpu", chunk_size: int | None = None,
                    typed: TypedGraph | None = None, layers: int | None = None) -> torch.Tensor:
-    """Logits of every vertex with full neighbourhoods, computed layer by layer in chunks; with
-    ``layers = k`` the outputs of layer ``k`` instead (the first ``k`` layers run; an embedding).
-    ``typed``: the graph's types (blocks carry them; a model with an input layer reads
+    """Logits of every vertex with full neighbourhoods, computed layer by layer in chunks of
+    ``chunk_size`` destinations (default: :func:`~gnnflow.strategies.device_eval.chunk_rows`) on
+    ``device``; with ``layers = k`` the outputs of layer ``k`` instead (the first ``k`` layers
+    run; an embedding).  A chunk's block is built where the CSR is (:class:`DeviceCSR`, on the
+    device); a layer's table stays on a GPU when it fits (:mod:`gnnflow.strategies.device_eval`),
+    else in host memory; the result is returned on the host.  ``typed``: the graph's types
+    (blocks carry them, built by the typed sampler on the host; a model with an input layer reads
     per-type rows instead of ``features``)."""
+    from gnnflow.strategies.device_eval import chunk_rows, fits_on_device
+
     device = torch.device(device)
-    indptr = np.asarray(indptr)
-    num_nodes = indptr.shape[0] - 1
-    in_deg, out_deg = graph_degrees(indptr, indices)
-    sampler = NeighborSampler(indptr, indices, [-1]) if typed is None else typed.sampler(indptr, indices, [-1])
     typed_rows = typed is not None and model.input_layer is not None
+    if typed is None:
+        csr = DeviceCSR(indptr, indices, device)
+        num_nodes, num_edges = csr.num_nodes, csr.num_edges
+        in_deg, out_deg = csr.in_degrees().float(), csr.out_degrees().float()
+        relabeler = TensorRelabeler(num_nodes, device)
+
+        def build(lo: int, hi: int) -> Block:
+            b = full_block(csr, torch.arange(lo, hi, device=device), relabeler)
+            b.src_deg, b.dst_deg = out_deg[b.src_ids], in_deg[b.dst_ids]
+            return b
+    else:
+        indptr = np.asarray(indptr)
+        num_nodes, num_edges = indptr.shape[0] - 1, int(indptr[-1])
+        in_deg, out_deg = graph_degrees(indptr, indices)
+        sampler = typed.sampler(indptr, indices, [-1])
+
+        def build(lo: int, hi: int) -> Block:
+            b, _ = sampler.sample_layer(torch.arange(lo, hi), -1, 0)
+            b.src_deg, b.dst_deg = out_deg[b.src_ids], in_deg[b.dst_ids]
+            return b.to(device)
+
+    in_dim = int(features.shape[1]) if features is not None else 128  # a typed graph's rows: for the chunk size
     was_training = model.training
     model.eval()
     try:
-        h: torch.Tensor | None = None  # layer 0 reads feature rows chunk by chunk (memory-mapped)
-        chunks = [torch.arange(s, min(s + chunk_size, num_nodes)) for s in range(0, num_nodes, chunk_size)]
-        blocks: list[Block] = []
-        for chunk in chunks:
-            block, _ = sampler.sample_layer(chunk, -1, 0)
-            block.src_deg, block.dst_deg = out_deg[block.src_ids], in_deg[block.dst_ids]
-            blocks.append(block)
+        # layer 0 reads the (memory-mapped) feature rows chunk by chunk, or all of them on a GPU
+        # where they fit: one copy instead of a gather and a copy per chunk
+        h: torch.Tensor | None = None
+        if features is not None and not typed_rows and fits_on_device(4 * num_nodes * in_dim, device):
+            h = read_only_tensor(np.asarray(features, dtype=np.float32)).to(device)
+        step = chunk_size or chunk_rows(num_nodes, num_edges, in_dim, device)
+        spans = [(s, min(s + step, num_nodes)) for s in range(0, num_nodes, step)]
+        # the blocks are built once for every layer, unless a GPU has no room to keep them
+        kept: list[Block] | None = [] if device.type == "cpu" or fits_on_device(3 * 8 * num_edges, device) else None
         for i in range(model.num_layers if layers is None else layers):
             # each chunk's rows go straight into the layer's table (concatenating the chunks'
-            # outputs would hold every hidden row twice)
+            # outputs would hold every hidden row twice); the table stays on a GPU where it fits
             out: torch.Tensor | None = None
-            for chunk, b in zip(chunks, blocks, strict=True):
+            for c, (lo, hi) in enumerate(spans):
+                b = kept[c] if kept is not None and c < len(kept) else build(lo, hi)
+                if kept is not None and c == len(kept):
+                    kept.append(b)
                 if h is not None:
-                    h_src = h[b.src_ids].to(device)
+                    h_src = h[b.src_ids.to(h.device)].to(device)
                 elif typed_rows:
                     assert typed is not None
-                    h_src = model.embed(typed.rows(b.src_ids).to(device))
+                    h_src = model.embed(typed.rows(b.src_ids.cpu()).to(device))
                 else:
                     assert features is not None
-                    h_src = feature_rows(features, b.src_ids).to(device)
-                y = model.layer_step(i, b.to(device), h_src).cpu()
+                    h_src = feature_rows(features, b.src_ids.cpu()).to(device)
+                y = model.layer_step(i, b, h_src)
                 if out is None:
-                    out = torch.empty((num_nodes, *y.shape[1:]), dtype=y.dtype)
-                out[int(chunk[0]):int(chunk[-1]) + 1] = y
+                    shape = (num_nodes, *y.shape[1:])
+                    on_device = fits_on_device(4 * math.prod(shape), device)
+                    out = torch.empty(shape, dtype=y.dtype, device=device if on_device else "cpu")
+                out[lo:hi] = y.to(out.device)
                 del h_src, y
             h = out
     finally:
         model.train(was_training)
     assert h is not None
-    return h
+    return h.cpu()
 
 
 def evaluate_full(model: GNN, graph: GraphLike, device: torch.device | str = "cpu",
-                  chunk_size: int = 65536, typed: TypedGraph | None = None) -> dict[str, Any]:
+                  chunk_size: int | None = None, typed: TypedGraph | None = None) -> dict[str, Any]:
     """Full-neighbourhood accuracies and losses of ``model`` on ``graph``'s train/val/test splits
     (:mod:`gnnflow.strategies.metrics`); ``typed``: see :func:`full_inference`."""
     if graph.features is None and (typed is None or model.input_layer is None):

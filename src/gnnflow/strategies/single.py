@@ -14,6 +14,12 @@ On a homogenized heterogeneous store (DistDGLv2 §4.1.1, §4.1.4) a relational r
 sampler, blocks carrying edge types) and a relational model reads each vertex
 type's own features (:class:`~gnnflow.strategies.relational.TypedGraph`).
 
+With ``sampling=device`` (``auto`` on a CUDA run) the sampler is the tensor sampler on the
+rank's device (:class:`~gnnflow.sampling.tensor_sampler.TensorNeighborSampler`: the same blocks),
+and ``device_cache_mib`` keeps the rows of the vertices in the most in-neighbour lists on the
+device (:mod:`gnnflow.strategies.device_cache`); the rest are read from the store.  A typed
+graph samples on the host (the typed sampler has no tensor form yet).
+
 Everything random is seeded from ``cfg.seed``: model init, batch shuffling and
 dropout are checkpointed; neighbour draws are a function of (seed, epoch, batch,
 layer, vertex) (:mod:`gnnflow.sampling.draws`), the same draws every distributed
@@ -34,10 +40,11 @@ from gnnflow.config import RELATIONAL_MODELS, TrainConfig
 from gnnflow.data.store import GraphStore, open_store
 from gnnflow.errors import ConfigError
 from gnnflow.nn import TypedRows, build_model_from_config
-from gnnflow.options import StrategyOptions, option
+from gnnflow.options import option
 from gnnflow.results.schema import Recorder
 from gnnflow.runtime.context import RankContext
 from gnnflow.sampling import Block, NeighborSampler, full_blocks, sort_rows_by_type
+from gnnflow.sampling.tensor_sampler import TensorNeighborSampler
 from gnnflow.strategies.base import Strategy
 from gnnflow.strategies.common import (
     batch_generator,
@@ -49,12 +56,14 @@ from gnnflow.strategies.common import (
     model_graph,
     seed_everything,
 )
+from gnnflow.strategies.device_cache import DeviceFeatureCache, record_hit_rate
+from gnnflow.strategies.device_path import DevicePathOptions, device_cache_mib, sampling_device
 from gnnflow.strategies.memory import BASE, CHUNK, EVAL_CHUNKS, RunSizes
 from gnnflow.strategies.relational import TypedGraph
 
 
 @dataclass(frozen=True)
-class SingleOptions(StrategyOptions):
+class SingleOptions(DevicePathOptions):
     """Single-process training's options."""
 
     full_batch: bool = option(False, "one iteration per epoch on the whole graph (MG-GCN §2)")
@@ -87,7 +96,8 @@ class SingleProcess(Strategy):
         super().__init__(cfg, ctx or RankContext())
         self.full_batch = self.options.full_batch
         self.store: GraphStore | None = None
-        self.sampler: NeighborSampler | None = None
+        self.sampler: NeighborSampler | TensorNeighborSampler | None = None
+        self.device_cache: DeviceFeatureCache | None = None
         self.batch_gen = batch_generator(cfg.seed)
         self._epoch_gen_state = self.batch_gen.get_state()
         self.full: list[Block] | None = None
@@ -119,19 +129,26 @@ class SingleProcess(Strategy):
             self.features = self.input_rows(torch.arange(store.num_nodes)).to(self.ctx.device)
         else:
             fanouts = cfg.fanouts or [-1] * cfg.num_layers
-            self.sampler = (NeighborSampler(graph.indptr, graph.indices, fanouts, seed=cfg.seed) if typed is None
-                            else typed.sampler(graph.indptr, graph.indices, fanouts, seed=cfg.seed))
+            if typed is not None and self.options.sampling == "device":
+                raise ConfigError("options.sampling=device: a typed (relational) graph samples on the host "
+                                  "(the typed sampler has no tensor form); use sampling=auto or host")
+            where = sampling_device(self.options, self.ctx.device) if typed is None else None
+            if typed is not None:
+                self.sampler = typed.sampler(graph.indptr, graph.indices, fanouts, seed=cfg.seed)
+            elif where is None:
+                self.sampler = NeighborSampler(graph.indptr, graph.indices, fanouts, seed=cfg.seed)
+            else:
+                self.sampler = TensorNeighborSampler(graph.indptr, graph.indices, fanouts, seed=cfg.seed, device=where)
             # GCN on whole-graph degrees (cfg.gcn_degrees), as the distributed mini-batch strategies
-            self.degrees = graph_degrees(graph.indptr, graph.indices) if cfg.graph_degrees else None
-
-    def input_rows(self, ids: torch.Tensor) -> torch.Tensor | TypedRows:
-        """The model's input rows of vertices ``ids``: per-type rows for a relational model,
-        else rows of the store's (common-width) features."""
-        assert self.store is not None
-        if self.typed is not None and self.cfg.model in RELATIONAL_MODELS:
-            return self.typed.rows(ids)
-        assert self.store.features is not None
-        return feature_rows(self.store.features, ids)
+            if cfg.graph_degrees:
+                in_deg, out_deg = graph_degrees(graph.indptr, graph.indices)
+                self.degrees = (in_deg.to(where or "cpu"), out_deg.to(where or "cpu"))
+            mib = device_cache_mib(self.options)
+            if mib > 0:  # hotness: how many in-neighbour lists hold a vertex (its chance to be drawn)
+                hot = np.bincount(np.asarray(graph.indices), minlength=store.num_nodes)
+                self.device_cache = DeviceFeatureCache.build(
+                    np.arange(store.num_nodes), hot, mib, store.feature_dim, self.ctx.device,
+                    lambda ids: feature_rows(store.features, torch.from_numpy(ids)))
 
     def run_epoch(self, epoch: int, rec: Recorder) -> float:
         assert self.model is not None
@@ -157,18 +174,39 @@ class SingleProcess(Strategy):
                         b.src_deg, b.dst_deg = out_deg[b.src_ids], in_deg[b.dst_ids]
             rec.count("sampled_edges", sum(b.num_edges for b in blocks))
             with rec.timer("load"):
-                x = self.input_rows(blocks[0].src_ids)
+                x = self.input_rows(blocks[0].src_ids, rec)
                 y = self.labels[targets]
                 blocks = [b.to(self.ctx.device) for b in blocks]
                 x, y = x.to(self.ctx.device), y.to(self.ctx.device)
-            rec.count("features_loaded", len(x))
             loss = self._step(blocks, x, y, rec)
             total += loss * targets.shape[0]
             count += targets.shape[0]
             rec.count("iterations")
             losses.append(loss)
             self.batch_done(epoch, index, rec, losses)
+        record_hit_rate(rec, self.device_cache)
         return total / max(count, 1)
+
+    def input_rows(self, ids: torch.Tensor, rec: Recorder | None = None) -> torch.Tensor | TypedRows:
+        """The model's input rows of vertices ``ids``: per-type rows for a relational model, else
+        rows of the store's (common-width) features, from the device cache where it holds them,
+        the rest (all of them without a cache) read from the store (``features_loaded`` on ``rec``)."""
+        assert self.store is not None
+        if self.typed is not None and self.cfg.model in RELATIONAL_MODELS:
+            if rec is not None:
+                rec.count("features_loaded", int(ids.shape[0]))
+            return self.typed.rows(ids.cpu())
+        assert self.store.features is not None
+        features = self.store.features
+
+        def read(missing: torch.Tensor) -> torch.Tensor:
+            if rec is not None:
+                rec.count("features_loaded", missing.shape[0])
+            return feature_rows(features, missing)
+
+        if self.device_cache is None or rec is None:
+            return read(ids.cpu())
+        return self.device_cache.fetch(ids, read, rec.counters)
 
     def _full_batch_step(self, epoch: int, rec: Recorder) -> float:
         assert self.full is not None and self.features is not None

@@ -134,15 +134,19 @@ def _rank_hosts() -> list[str]:
     return [str(h) for h in hosts]
 
 
-def _local_degrees(part: Any, node_part: np.ndarray, table: Any, world_size: int) -> tuple[np.ndarray, np.ndarray]:
+def _local_degrees(part: Any, node_part: np.ndarray, table: Any, world_size: int,
+                   device: torch.device) -> tuple[np.ndarray, np.ndarray]:
     """Whole-graph in-degrees of the inner vertices and out-degrees of the local (inner, then
     halo) vertices, counted from the parts; the halo's come from their owners through the plan
-    itself.  Collective."""
+    itself.  Collective.
+
+    The plan's exchange is the payload path: the degrees travel it from the compute ``device``
+    like a layer's rows (over NCCL, or staged through the host when ranks share a GPU)."""
     in_deg, out_inner = part_degrees(part, node_part)
     with torch.no_grad():
-        local = graph_allgather(torch.from_numpy(out_inner.astype(np.float32)).unsqueeze(1), table,
+        local = graph_allgather(torch.from_numpy(out_inner.astype(np.float32)).unsqueeze(1).to(device), table,
                                 AllgatherStats(world_size))
-    return in_deg.astype(np.float32), local[:, 0].numpy().copy()
+    return in_deg.astype(np.float32), local[:, 0].cpu().numpy().copy()
 
 
 @dataclass(frozen=True)
@@ -222,7 +226,7 @@ class PlannedHalo(FullBatchBase):
                     and np.array_equal(self.table.halo_ids, part.halo_ids)):
                 raise ConfigError(f"{book.path}/part{rank}: inner/halo ids differ from the plan's; "
                                   "re-run `gnnflow partition` (1-hop halos are required)")
-            in_deg, out_deg = _local_degrees(part, book.node_part, self.table, p)
+            in_deg, out_deg = _local_degrees(part, book.node_part, self.table, p, dev)
             block = Block(dst_ids=torch.from_numpy(part.inner_ids), src_ids=torch.from_numpy(part.local_to_global),
                           indptr=torch.from_numpy(np.asarray(part.indptr, dtype=np.int64)),
                           indices=torch.from_numpy(np.asarray(part.indices, dtype=np.int64)),

@@ -301,7 +301,9 @@ class HistoricalEmbeddingCache(MiniBatchStrategy):
         for layer, (block, n_solid) in enumerate(zip(mb.blocks, mb.meta["solid_counts"], strict=True)):
             src = block.src_ids
             if self.cs > 0:  # with no cache lines nothing pushed could be stored: no AEP at all
-                self.aep.exchange(layer, src[:n_solid], h_solid.detach().cpu())
+                # the push is payload: it leaves from the compute device (NCCL, or gloo's own host
+                # staging when ranks share a GPU); receivers store the rows in their host caches
+                self.aep.exchange(layer, src[:n_solid], h_solid.detach())
             hit, cached = self.caches[layer].lookup(self.local_to_global[src[n_solid:]])
             keep = torch.cat([torch.ones(n_solid, dtype=torch.bool), hit])
             block = drop_sources(block, keep).to(dev)

@@ -15,9 +15,10 @@ never the whole graph or feature file).  One training iteration on every rank:
    on a balanced partition);
 2. **sample** — :class:`~gnnflow.strategies.minibatch.sampler.DistNeighborSampler`
    (owners sample their vertices, §4.2.2) or, with ``replicate_structure``,
-   the full CSR locally;
+   the full CSR locally; or the same draws on the rank's device (``sampling``, docs/gpu.md);
 3. **load** — input rows from the :class:`~gnnflow.strategies.minibatch.feature_store.FeatureStore`
-   (local rows, optional hot-row cache, one all-to-all for remote rows);
+   (local rows, optional hot-row cache, one all-to-all for remote rows; ``device_cache_mib``:
+   hot rows first from the rank's device);
 4. **device copy**;
 5. **forward/backward** — loss = cross-entropy summed over the local targets
    divided by the GLOBAL batch size (known from the schedule without
@@ -81,6 +82,8 @@ from gnnflow.results.schema import Recorder
 from gnnflow.runtime.context import RankContext
 from gnnflow.runtime.devices import COMPUTE, HOST
 from gnnflow.strategies.base import Strategy
+from gnnflow.strategies.device_cache import DeviceFeatureCache, record_hit_rate
+from gnnflow.strategies.device_path import device_cache_mib, sampling_device
 from gnnflow.strategies.memory import (
     BASE,
     MIB,
@@ -90,6 +93,7 @@ from gnnflow.strategies.memory import (
     pipeline_bytes,
     shard_bytes,
 )
+from gnnflow.strategies.minibatch.device_sampler import make_device_sampler
 from gnnflow.strategies.minibatch.feature_store import FeatureStore
 from gnnflow.strategies.minibatch.options import MiniBatchOptions
 from gnnflow.strategies.minibatch.pipeline import (
@@ -151,6 +155,9 @@ class MiniBatchStrategy(Strategy):
         self.presample_batches = opts.presample_batches
         self.use_ddp = opts.ddp
         self.samplers = opts.samplers
+        #: where the sample stage draws (None: the host sampler)
+        self.sample_device = sampling_device(opts, ctx.device, opts.samplers)
+        self.device_cache: DeviceFeatureCache | None = None
         self.sampler_proc: SamplerProcess | None = None
         # GCN normalises by degrees: whole-graph degrees (cfg.gcn_degrees = graph) make each
         # target's output independent of the other targets in its batch, so P micro-batches sum
@@ -169,6 +176,10 @@ class MiniBatchStrategy(Strategy):
         if cfg.options.samplers == "process" and not cls.has_shared_stages():
             raise ConfigError(f"options.samplers=process: strategy {cfg.strategy!r} has its own sample or load "
                               "stage; sampler processes serve the data-parallel stages only")
+        if cfg.options.samplers == "process" and device_cache_mib(cfg.options) > 0:
+            raise ConfigError("options.device_cache_mib: a sampler process loads on the host; use "
+                              "samplers=thread to keep hot rows on the rank's device")
+        sampling_device(cfg.options, torch.device(cfg.device), cfg.options.samplers)  # refuses device + process
 
     #: whether a rank's shard holds its feature rows (P3 reads feature columns instead)
     loads_features: ClassVar[bool] = True
@@ -256,8 +267,9 @@ class MiniBatchStrategy(Strategy):
         if self.feature_store is not None and size > 1:
             self.cache_rows = feature_cache_rows(self.options, self.in_dim,
                                                  int(self.node_part.shape[0]) - self.part.num_inner)
-            if self.cache_rows > 0:
-                self._build_cache()
+        device_mib = device_cache_mib(self.options) if self.feature_store is not None else 0.0
+        if self.cache_rows > 0 or device_mib > 0:  # the same on every rank: the presampling is collective
+            self._build_caches(device_mib)
 
     def local_targets(self) -> tuple[np.ndarray, np.ndarray]:
         """Sorted training vertex ids this rank draws targets from, with their labels."""
@@ -301,9 +313,16 @@ class MiniBatchStrategy(Strategy):
         return total
 
     def build_sampler(self, group: Any) -> Any:
-        return make_sampler(self.part, self.node_part, self.cfg.fanouts, self.cfg.seed,
-                            replicate_structure=self.replicate_structure, graph_path=self.graph_path,
-                            group=group, stats=self.sample_stats, own_targets=self.own_targets())
+        return self.new_sampler(self.cfg.seed, group, self.sample_stats)
+
+    def new_sampler(self, seed: int, group: Any, stats: CommStats) -> Any:
+        """A sampler of this rank's part drawing with ``seed``: on the host, or on
+        :attr:`sample_device` (the same draws)."""
+        kw = dict(replicate_structure=self.replicate_structure, graph_path=self.graph_path, group=group,
+                  stats=stats, own_targets=self.own_targets())
+        if self.sample_device is not None:
+            return make_device_sampler(self.part, self.node_part, self.cfg.fanouts, seed, self.sample_device, **kw)
+        return make_sampler(self.part, self.node_part, self.cfg.fanouts, seed, **kw)
 
     def own_targets(self) -> bool:
         """True when every rank's targets are its own part's training vertices (:meth:`local_targets`
@@ -312,26 +331,10 @@ class MiniBatchStrategy(Strategy):
         return self.two_level or self.book is None or self.book.node_machine is None
 
     def start_sampler_process(self) -> SamplerProcess:
-        """Spawn this rank's sampler process (``samplers=process``), which runs the sample and
-        load stages.  Collective with several ranks: rank 0 holds the rendezvous store of the
-        sampler processes' own process group."""
-        from gnnflow.runtime.group import dist_timeout_s
-        from gnnflow.runtime.network import run_address, start_store
-        from gnnflow.strategies.minibatch.sampler_process import SamplerProcess, SamplerSpec
+        """Spawn this rank's sampler process (``samplers=process``; collective with several ranks)."""
+        from gnnflow.strategies.minibatch.sampler_process import start_sampler_process
 
-        cls = type(self)
-        rank, size = world()
-        addr, port = run_address(), 0
-        if size > 1:
-            if rank == 0:  # the store outlives the samplers' rendezvous; bound to the run's address only
-                self._sampler_store = start_store(addr, size, dist_timeout_s())
-                port = self._sampler_store.port
-            box = [addr, port]
-            dist.broadcast_object_list(box, 0)
-            addr, port = str(box[0]), int(box[1])
-        spec = SamplerSpec(strategy=f"{cls.__module__}:{cls.__qualname__}", cfg=self.cfg, rank=rank,
-                           world_size=size, addr=addr, port=port)
-        return SamplerProcess(spec)
+        return start_sampler_process(self)
 
     def build_feature_store(self, group: Any) -> FeatureStore | None:
         return FeatureStore(self.part, self.node_part, stats=self.load_stats, group=group)
@@ -354,16 +357,19 @@ class MiniBatchStrategy(Strategy):
             self.model = net
         self.optimizer = make_optimizer(net, cfg)
 
-    def _build_cache(self) -> None:
-        """Presample a few local batches, cache the most requested remote feature rows."""
-        sampler = make_sampler(self.part, self.node_part, self.cfg.fanouts, self.cfg.seed + 7919,
-                               replicate_structure=self.replicate_structure, graph_path=self.graph_path,
-                               group=self.groups["sample"], stats=CommStats(world()[1]),
-                               own_targets=self.own_targets())
+    def _build_caches(self, device_mib: float) -> None:
+        """Presample a few local batches; cache the most requested remote feature rows on the host
+        (``cache_rows``) and the most requested rows of all on the device (``device_mib``).
+        Collective."""
+        sampler = self.new_sampler(self.cfg.seed + 7919, self.groups["sample"], CommStats(world()[1]))
         batches = [mb.targets for mb, _ in zip(self.schedule(0, 1), range(self.presample_batches), strict=False)]
         ids, counts = presample_input_counts(sampler, batches)
         assert self.feature_store is not None
-        self.cached = self.feature_store.build_cache(ids, counts, self.cache_rows)
+        if self.cache_rows > 0:
+            self.cached = self.feature_store.build_cache(ids, counts, self.cache_rows)
+        if device_mib > 0:
+            self.device_cache = DeviceFeatureCache.build(ids, counts, device_mib, self.in_dim, self.ctx.device,
+                                                         self.feature_store.fetch)
 
     # ---------------------------------------------------------------- pipeline stages
     def schedule(self, first_epoch: int, epochs: int, skip: int = 0) -> Iterator[MiniBatch]:
@@ -387,8 +393,12 @@ class MiniBatchStrategy(Strategy):
     def load_stage(self, mb: MiniBatch) -> MiniBatch:
         assert self.feature_store is not None and mb.blocks is not None
         before = stats_totals(self.load_stats)
-        # a sampler process passes its hand-over slot as the destination of the rows
-        mb.inputs = self.feature_store.fetch(mb.blocks[0].src_ids, mb.counters, out=mb.meta.pop("inputs_out", None))
+        ids = mb.blocks[0].src_ids
+        store = self.feature_store
+        if self.device_cache is not None:  # hot rows from the device, the rest from the store
+            mb.inputs = self.device_cache.fetch(ids, lambda missing: store.fetch(missing, mb.counters), mb.counters)
+        else:  # a sampler process passes its hand-over slot as the destination of the rows
+            mb.inputs = store.fetch(ids.cpu(), mb.counters, out=mb.meta.pop("inputs_out", None))
         self.attach_degrees(mb)
         add_stats_delta(mb, self.load_stats, before, "load")
         return mb
@@ -405,7 +415,7 @@ class MiniBatchStrategy(Strategy):
             return
         assert mb.blocks is not None
         # every block's vertices are a prefix of blocks[0].src_ids (dst first, DGL layout)
-        deg = self.degree_store.fetch(mb.blocks[0].src_ids)
+        deg = self.degree_store.fetch(mb.blocks[0].src_ids.cpu()).to(mb.blocks[0].device)
         for b in mb.blocks:
             b.src_deg, b.dst_deg = deg[: b.num_src, 1], deg[: b.num_dst, 0]
 
@@ -528,6 +538,7 @@ class MiniBatchStrategy(Strategy):
         rec.extra["pipeline"] = float(self.use_pipeline)
         if getattr(self, "cached", None) is not None:
             rec.extra["cache_rows"] = float(self.cached)
+        record_hit_rate(rec, self.device_cache)
         return float(np.mean(losses)) if losses else float("nan")
 
     # ---------------------------------------------------------------- evaluation
@@ -587,6 +598,3 @@ class MiniBatchStrategy(Strategy):
         if self.sampler_proc is not None:
             self.sampler_proc.close()
             self.sampler_proc = None
-        if getattr(self, "_sampler_store", None) is not None:
-            self._sampler_store.close()
-            self._sampler_store = None

@@ -20,13 +20,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gnnflow.options import option
+from gnnflow.strategies.device_path import DevicePathOptions
 from gnnflow.strategies.minibatch.base import MiniBatchStrategy
 from gnnflow.strategies.minibatch.options import MiniBatchOptions
 
 
 @dataclass(frozen=True)
-class DataParallelOptions(MiniBatchOptions):
-    """Data-parallel's options: those of every mini-batch strategy, with a hot-row cache."""
+class DataParallelOptions(MiniBatchOptions, DevicePathOptions):
+    """Data-parallel's options: those of every mini-batch strategy, with a hot-row cache, and the
+    GPU path's (sampling on the rank's device, hot rows there)."""
 
     #: products-shaped graph, 4 parts, fanouts 15,10,5: 256 MiB serves about half the remote rows
     feature_cache_mib: float = option(256.0, "MiB of hot remote feature rows a rank caches, chosen from "

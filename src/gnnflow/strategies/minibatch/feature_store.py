@@ -43,6 +43,7 @@ from gnnflow.comm.collectives import (
 )
 from gnnflow.errors import ConfigError
 from gnnflow.runtime.devices import HOST
+from gnnflow.strategies.device_cache import hottest
 
 Rows = np.ndarray | torch.Tensor
 #: rows an exchange sends (and receives) per round, at most about this many bytes
@@ -57,6 +58,9 @@ def _rows_tensor(table: Rows, pos: np.ndarray, out: torch.Tensor | None = None) 
     cached neighbours of each faulting page, so random gathers soon map the whole shard):
     a rank's resident set includes its feature shard, which is the shard it was given.
     """
+    if isinstance(table, torch.Tensor) and table.device.type != "cpu":  # a table on the compute device
+        rows = table[torch.from_numpy(pos).to(table.device)].cpu()
+        return rows if out is None else out.copy_(rows)
     if isinstance(table, torch.Tensor):
         return torch.index_select(table, 0, torch.from_numpy(pos), out=out) if out is not None \
             else table[torch.from_numpy(pos)]
@@ -220,10 +224,7 @@ class FeatureStore:
         ids = np.asarray(candidate_ids, dtype=np.int64)
         cnt = np.asarray(candidate_counts, dtype=np.float64)
         remote = self.owners(ids) != self.rank if ids.size else np.zeros(0, dtype=bool)
-        ids, cnt = ids[remote], cnt[remote]
-        k = max(0, min(int(capacity), ids.shape[0]))
-        top = np.lexsort((ids, -cnt))[:k]
-        hot = np.sort(ids[top])
+        hot = hottest(ids[remote], cnt[remote], capacity)
         self.cache_ids = np.zeros(0, dtype=np.int64)
         rows = self.fetch(hot)
         # vertex -> cache row (-1: not cached): one lookup per requested row, as node_part's

@@ -24,6 +24,11 @@ read), plus a chunk; the feature shard's pages are released after the first
 layer.  Small tables stay in memory.  The last layer's outputs (the logits,
 ``n_inner x classes``) are returned.
 
+On a GPU the chunks run on the rank's device and the tables stay there where they fit
+(:mod:`gnnflow.strategies.device_eval`): a chunk's inner rows are gathered on the device, only
+its halo rows come over the host (the exchange, whose owners serve them from their device
+tables), and a chunk's source rows take at most ``chunk_bytes(device)`` of device memory.
+
 Collective: every rank of ``group`` calls it with the same model.
 """
 
@@ -43,6 +48,9 @@ from gnnflow.comm.collectives import all_reduce, part_degrees, world
 from gnnflow.io import release_pages, ticking
 from gnnflow.runtime.devices import HOST
 from gnnflow.sampling import Block
+from gnnflow.strategies.common import read_only_tensor
+from gnnflow.strategies.device_eval import chunk_rows as default_chunk_rows
+from gnnflow.strategies.device_eval import empty_block, fits_on_device
 from gnnflow.strategies.minibatch.feature_store import FeatureStore
 
 
@@ -54,11 +62,6 @@ def _limit(name: str, default: int) -> int:
 def in_memory_bytes() -> int:
     """Tables at most this large stay in memory; larger ones go to a scratch file (64 MiB)."""
     return _limit("IN_MEMORY_BYTES", 64 << 20)
-
-
-def chunk_bytes() -> int:
-    """A chunk's source rows take about this many bytes (64 MiB)."""
-    return _limit("CHUNK_BYTES", 64 << 20)
 
 
 class ScratchRows:
@@ -97,12 +100,6 @@ class ScratchRows:
             self._mm = None
 
 
-def _chunk_rows(num_inner: int, num_edges: int, dim: int) -> int:
-    """Destinations per chunk so that a chunk's source rows take about CHUNK_BYTES."""
-    per_row = max(1.0, num_edges / max(1, num_inner)) * max(1, dim) * 4
-    return int(min(65536, max(1, chunk_bytes() // per_row)))
-
-
 def max_over_ranks(n_chunks: int, group: Any = None) -> int:
     """The most chunks any rank has (every rank runs that many exchange rounds)."""
     if world(group)[1] == 1:
@@ -136,10 +133,11 @@ def _chunk_block(part: Any, rows: np.ndarray, degrees: torch.Tensor | None) -> t
     return block, src_local
 
 
-def _empty_block() -> Block:
-    none = torch.zeros(0, dtype=torch.int64)
-    return Block(dst_ids=none, src_ids=none, indptr=torch.zeros(1, dtype=torch.int64), indices=none,
-                 src_deg=torch.zeros(0), dst_deg=torch.zeros(0))
+def _rows_on(table: Any, pos: np.ndarray, device: torch.device) -> torch.Tensor:
+    """Rows ``pos`` of a layer table (host array, scratch file or device tensor) on ``device``."""
+    if isinstance(table, torch.Tensor):
+        return table[torch.from_numpy(pos).to(table.device)].to(device)
+    return torch.from_numpy(np.asarray(np.take(table, pos, axis=0), dtype=np.float32)).to(device)
 
 
 def inner_degrees(part: Any, node_part: np.ndarray, group: Any = None) -> torch.Tensor:
@@ -178,18 +176,23 @@ def layerwise_inference(net: Any, part: Any, node_part: np.ndarray, device: torc
     n_in = part.num_inner
     halo = np.asarray(part.halo_ids, dtype=np.int64)
     table: Any = part.features  # layer 0 reads the memory-mapped feature shard
+    if fits_on_device(4 * n_in * int(table.shape[1]), device):  # or all of it on a GPU
+        table = read_only_tensor(np.asarray(table, dtype=np.float32)).to(device)
     scratch: ScratchRows | None = None
     stop = net.num_layers if layers is None else layers
     try:
         for layer in range(stop):
             dim = int(table.shape[1])
             # the layer's output shape (an empty block: every rank knows it, even one owning nothing)
-            shape = net.layer_step(layer, _empty_block().to(device),
-                                   torch.zeros((0, dim), device=device)).shape[1:]
+            shape = net.layer_step(layer, empty_block(device), torch.zeros((0, dim), device=device)).shape[1:]
             last = layer == stop - 1
             out = torch.empty((n_in, *shape)) if last else None
-            nxt = None if last else ScratchRows(n_in, int(math.prod(shape)))
-            step = chunk_rows or _chunk_rows(n_in, part.num_edges, dim)
+            width = int(math.prod(shape))
+            nxt: Any = None
+            if not last:  # the next table: on the device where it fits, else a host table
+                nxt = torch.empty((n_in, width), device=device) if fits_on_device(4 * n_in * width, device) \
+                    else ScratchRows(n_in, width)
+            step = chunk_rows or default_chunk_rows(n_in, part.num_edges, dim, device)
             chunks = [np.arange(s, min(s + step, n_in), dtype=np.int64) for s in range(0, n_in, step)]
             store = FeatureStore(part, node_part, local_rows=table, group=group)
             rounds: Any = range(max_over_ranks(len(chunks), group))
@@ -202,16 +205,18 @@ def layerwise_inference(net: Any, part: Any, node_part: np.ndarray, device: torc
                 rows = chunks[c]
                 block, src_local = _chunk_block(part, rows, degrees)
                 is_halo = src_local >= n_in
-                h_src = torch.empty((src_local.shape[0], dim), dtype=torch.float32)
-                h_src[torch.from_numpy(np.flatnonzero(is_halo))] = store.fetch(halo[src_local[is_halo] - n_in])
-                h_src[torch.from_numpy(np.flatnonzero(~is_halo))] = torch.from_numpy(
-                    np.asarray(np.take(table, src_local[~is_halo], axis=0), dtype=np.float32))
-                h = net.layer_step(layer, block.to(device), h_src.to(device)).cpu()
+                h_src = torch.empty((src_local.shape[0], dim), dtype=torch.float32, device=device)
+                h_src[torch.from_numpy(np.flatnonzero(is_halo)).to(device)] = \
+                    store.fetch(halo[src_local[is_halo] - n_in]).to(device)
+                h_src[torch.from_numpy(np.flatnonzero(~is_halo)).to(device)] = \
+                    _rows_on(table, src_local[~is_halo], device)
+                h = net.layer_step(layer, block.to(device), h_src)
                 if out is not None:
-                    out[rows[0]:rows[-1] + 1] = h
+                    out[rows[0]:rows[-1] + 1] = h.cpu()
+                elif isinstance(nxt, torch.Tensor):
+                    nxt[rows[0]:rows[-1] + 1] = h.reshape(h.shape[0], -1)
                 else:
-                    assert nxt is not None
-                    nxt.array[rows[0]:rows[-1] + 1] = h.reshape(h.shape[0], -1).numpy()
+                    nxt.array[rows[0]:rows[-1] + 1] = h.reshape(h.shape[0], -1).cpu().numpy()
                     nxt.release()
                 if scratch is not None:
                     scratch.release()
@@ -220,10 +225,10 @@ def layerwise_inference(net: Any, part: Any, node_part: np.ndarray, device: torc
                 return out
             if scratch is not None:
                 scratch.close()
-            else:  # the feature shard is not read again: its pages may leave the resident set
-                release_pages(table)
-            scratch = nxt
-            table = scratch.array
+            elif not isinstance(table, torch.Tensor):  # the feature shard is not read again: its
+                release_pages(table)  # pages may leave the resident set
+            scratch = nxt if isinstance(nxt, ScratchRows) else None
+            table = nxt if isinstance(nxt, torch.Tensor) else nxt.array
     finally:
         if scratch is not None:
             scratch.close()

@@ -170,6 +170,9 @@ class DeviceCopier:
         out = {}
         with torch.cuda.stream(self.stream):
             for name, t in tensors.items():
+                if t.device == self.device:  # already there (served by a device-side cache)
+                    out[name] = t
+                    continue
                 host = self._staging(name, t)
                 host.copy_(t)
                 out[name] = host.to(self.device, non_blocking=True)

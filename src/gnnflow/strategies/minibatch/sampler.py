@@ -104,13 +104,7 @@ class DistNeighborSampler(LayerwiseSampler):
         counts = np.zeros(frontier.shape[0], dtype=np.int64)
         own_counts, own_src = self._sample_own(frontier[own], fanout, layer)
         counts[own] = own_counts
-        # sample_blocks samples the output layer first, over the targets
-        targets_hop = self.own_targets and layer == len(self.fanouts) - 1
-        if self.world_size == 1 or targets_hop:
-            if own.size != frontier.size:
-                raise ConfigError(f"sampler: rank {self.rank} got targets it does not own (own_targets)"
-                                  if targets_hop else
-                                  "sampler: a single rank cannot own remote vertices; check node_part")
+        if self._local_only(layer, own.size == frontier.size):
             return counts, own_src
         remote = np.flatnonzero(owner != self.rank)
         order = remote[np.argsort(owner[remote], kind="stable")]
@@ -128,6 +122,19 @@ class DistNeighborSampler(LayerwiseSampler):
         src = np.concatenate([own_src, rsrc])
         perm = np.argsort(edge_dst, kind="stable")
         return counts, src[perm]
+
+    def _local_only(self, layer: int, all_own: bool) -> bool:
+        """Whether hop ``layer`` needs no exchange: one rank, or the targets' hop with
+        ``own_targets`` (then every frontier vertex must be the rank's own: ``all_own``)."""
+        # sample_blocks samples the output layer first, over the targets
+        targets_hop = self.own_targets and layer == len(self.fanouts) - 1
+        if not (self.world_size == 1 or targets_hop):
+            return False
+        if not all_own:
+            raise ConfigError(f"sampler: rank {self.rank} got targets it does not own (own_targets)"
+                              if targets_hop else
+                              "sampler: a single rank cannot own remote vertices; check node_part")
+        return True
 
     def _reply(self, served: list[tuple[np.ndarray, np.ndarray]], asked: list[int], requested: list[int],
                fanout: int) -> tuple[np.ndarray, np.ndarray]:
@@ -188,7 +195,7 @@ def sample_minibatch(sampler: DistNeighborSampler | NeighborSampler, mb: MiniBat
     return mb
 
 
-def presample_input_counts(sampler: DistNeighborSampler | NeighborSampler,
+def presample_input_counts(sampler: LayerwiseSampler,
                            batches: Iterable[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     """How often each vertex is an input vertex (``blocks[0].src_ids``) over ``batches``.
 
@@ -197,7 +204,7 @@ def presample_input_counts(sampler: DistNeighborSampler | NeighborSampler,
     """
     seen: list[np.ndarray] = []
     for targets in batches:
-        seen.append(sampler.sample_blocks(targets)[0].src_ids.numpy())
+        seen.append(sampler.sample_blocks(targets)[0].src_ids.cpu().numpy())
     if not seen:
         return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
     ids, counts = np.unique(np.concatenate(seen), return_counts=True)

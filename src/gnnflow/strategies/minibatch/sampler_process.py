@@ -236,6 +236,7 @@ class SamplerProcess:
         self._ready = False
         self._abandoned = 0  # batches requested by an abandoned map() and not yet received
         self.slots_made = 0  # slots the child made (first use, or remade larger for a bigger batch)
+        self.store: Any = None  # rank 0's rendezvous store of the sampler processes, closed with them
 
     def _receive(self) -> tuple[Any, ...]:
         t0 = time.perf_counter()
@@ -354,3 +355,33 @@ class SamplerProcess:
         for q in (self._requests, self._results, self._free):
             q.cancel_join_thread()
             q.close()
+        if self.store is not None:
+            self.store.close()
+            self.store = None
+
+
+def start_sampler_process(strategy: Any) -> SamplerProcess:
+    """Spawn ``strategy``'s sampler process (``samplers=process``), which runs its sample and load
+    stages.  Collective with several ranks: rank 0 holds the rendezvous store of the sampler
+    processes' own process group (closed with its process)."""
+    import torch.distributed as dist
+
+    from gnnflow.comm.collectives import world
+    from gnnflow.runtime.group import dist_timeout_s
+    from gnnflow.runtime.network import run_address, start_store
+
+    cls = type(strategy)
+    rank, size = world()
+    addr, port, store = run_address(), 0, None
+    if size > 1:
+        if rank == 0:  # the store outlives the samplers' rendezvous; bound to the run's address only
+            store = start_store(addr, size, dist_timeout_s())
+            port = store.port
+        box = [addr, port]
+        dist.broadcast_object_list(box, 0)
+        addr, port = str(box[0]), int(box[1])
+    spec = SamplerSpec(strategy=f"{cls.__module__}:{cls.__qualname__}", cfg=strategy.cfg, rank=rank,
+                       world_size=size, addr=addr, port=port)
+    proc = SamplerProcess(spec)
+    proc.store = store
+    return proc

@@ -46,6 +46,12 @@ def max_diff(got: Any, ref: Any) -> tuple[float, float]:
     return worst, worst / max(float(np.abs(b).max()), 1e-30)
 
 
+def device_tolerance(tol: float, device: str) -> float:
+    """The tolerance of a check run on ``device`` against the CPU reference: ``tol`` on the CPU,
+    ten times it on a GPU (its float32 kernels sum in other orders than the CPU's)."""
+    return tol if str(device) == "cpu" else 10.0 * tol
+
+
 def compare(pairs: Mapping[str, tuple[Any, Any]], tol: float, relative: bool = False) -> dict[str, Any]:
     """``pairs``: name -> (distributed, reference), where distributed is one result or a list of
     per-rank results (each compared with the reference, the worst kept).  Returns ``passed``,

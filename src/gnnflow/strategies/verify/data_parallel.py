@@ -20,7 +20,7 @@ from gnnflow.config import TrainConfig
 from gnnflow.results.schema import Recorder
 from gnnflow.strategies.minibatch.data_parallel import DataParallel
 from gnnflow.strategies.minibatch.pipeline import MiniBatch
-from gnnflow.strategies.verify.compare import compare
+from gnnflow.strategies.verify.compare import compare, device_tolerance
 
 
 def flat_grads(net: torch.nn.Module) -> torch.Tensor:
@@ -57,15 +57,15 @@ def _verify_rank(ctx: Any, cfg: TrainConfig, targets: list[np.ndarray], global_n
         s.reduce_gradients = tampered  # type: ignore[method-assign]
     rec = Recorder()
     s.train_batch(mb, rec)
-    return {"loss_share": float(mb.meta["loss"]), "logits": mb.meta["logits"].numpy(),
-            "grads": flat_grads(s.net).numpy(), "params": flat_params(s.net).numpy(),
+    return {"loss_share": float(mb.meta["loss"]), "logits": mb.meta["logits"].cpu().numpy(),
+            "grads": flat_grads(s.net).cpu().numpy(), "params": flat_params(s.net).cpu().numpy(),
             "targets": mine}
 
 
 def verify(workers: int, model: str = "sage", seed: int = 0, *, tamper: str | None = None,
            num_nodes: int = 600, batch_per_rank: int = 16, atol: float = 1e-5,
            workdir: str | None = None, fanouts: list[int] | None = None, perturb_sampler: bool = False,
-           **kw: Any) -> dict[str, Any]:
+           device: str = "cpu", **kw: Any) -> dict[str, Any]:
     """One data-parallel step on ``workers`` ranks vs one single-process step on the union.
 
     A small synthetic graph (average degree 24, so fanouts of 10 and 15 really sample) is
@@ -75,7 +75,9 @@ def verify(workers: int, model: str = "sage", seed: int = 0, *, tamper: str | No
     single-process sampler draw the same samples.  Compared: the global loss, the logits of every
     target, the summed gradients (on every rank) and the parameters after the optimizer step.
     ``tamper`` ("drop" / "double") corrupts rank 1's gradient and ``perturb_sampler`` gives rank
-    1 another sampling stream, to show the check fails.
+    1 another sampling stream, to show the check fails.  ``device``: where the ranks compute (and,
+    on a GPU, sample: ``sampling=auto``); the reference runs on the CPU
+    (:func:`~gnnflow.strategies.verify.compare.device_tolerance`).
     """
     from gnnflow.data.synthetic import prepare_synthetic
     from gnnflow.nn import build_model_from_config
@@ -104,7 +106,8 @@ def verify(workers: int, model: str = "sage", seed: int = 0, *, tamper: str | No
                    for r in range(workers)]
         union = np.concatenate(targets)
         n = int(union.shape[0])
-        results = run_ranks(_verify_rank, workers, cfg, targets, n, tamper, perturb_sampler, timeout_s=120)
+        results = run_ranks(_verify_rank, workers, cfg, targets, n, tamper, perturb_sampler, timeout_s=120,
+                            device=device)
 
         # single process: the same model, the union batch, the whole graph
         seed_everything(seed)
@@ -132,6 +135,7 @@ def verify(workers: int, model: str = "sage", seed: int = 0, *, tamper: str | No
         "logits": (np.concatenate([r["logits"] for r in results]), logits.detach().numpy()),
         "grads": ([r["grads"] for r in results], grads),
         "params": ([r["params"] for r in results], params),
-    }, atol)
+    }, device_tolerance(atol, device))
     return {"strategy": "data", "workers": workers, "model": model, "seed": seed, "fanouts": fanouts, **check,
+            "device": device,
             "atol": atol, "targets": n, "tamper": tamper, "grad_norm": float(np.linalg.norm(grads))}

@@ -24,7 +24,7 @@ from gnnflow.runtime.context import RankContext
 from gnnflow.strategies.fullbatch.base import FullBatchBase, all_reduce_sum, gcn_model_name
 from gnnflow.strategies.fullbatch.dgcl import PlannedHalo
 from gnnflow.strategies.fullbatch.row1d import FullBatch
-from gnnflow.strategies.verify.compare import compare
+from gnnflow.strategies.verify.compare import compare, device_tolerance
 
 
 def verify_graph(graph: str | None, tmp: str, seed: int) -> str:
@@ -73,13 +73,13 @@ def rank_outputs(strategy: FullBatchBase, state: dict[str, torch.Tensor]) -> dic
     strategy.model.load_state_dict(state)
     strategy.model.eval()
     with torch.no_grad():
-        logits = strategy.forward_local(False).numpy().copy()
+        logits = strategy.forward_local(False).cpu().numpy().copy()
     strategy.model.zero_grad(set_to_none=True)
     share = strategy.compute_gradients(Recorder())
     all_reduce_gradients(strategy.model, average=False)
     loss = float(all_reduce_sum([share])[0].item())
     return {"logits": logits, "loss": loss,
-            "grads": {k: p.grad.numpy().copy() for k, p in strategy.model.named_parameters()}}
+            "grads": {k: p.grad.cpu().numpy().copy() for k, p in strategy.model.named_parameters()}}
 
 
 def compare_to_reference(results: list[dict[str, Any]], ref: dict[str, Any], tol: float,
@@ -114,13 +114,15 @@ def verify_row1d(workers: int, model: str = "gcn", seed: int = 0, **kw: Any) -> 
     ``num_layers`` (2), ``hidden`` (16), ``norm`` ("both"), ``memory`` ("reuse"),
     ``overlap`` (True), ``permute`` (True), ``transpose`` ("auto"), ``tol`` (1e-5,
     relative to the largest reference magnitude), ``skip_rounds`` (test only: rounds
-    whose SpMM is dropped, which must make the check fail).
+    whose SpMM is dropped, which must make the check fail), ``device`` ("cpu": where the ranks
+    compute; the reference runs on the CPU).
     """
     from gnnflow.runtime.launch import run_ranks
 
     if model != "gcn":
         raise ConfigError(f"--model {model}: strategy fullbatch verifies GCN only (MG-GCN); pass --model gcn")
-    tol = float(kw.pop("tol", 1e-5))
+    device = str(kw.pop("device", "cpu"))
+    tol = device_tolerance(float(kw.pop("tol", 1e-5)), device)
     skip_rounds = tuple(kw.pop("skip_rounds", ()))
     norm = str(kw.pop("norm", "both"))
     graph = kw.pop("graph", None)
@@ -141,7 +143,8 @@ def verify_row1d(workers: int, model: str = "gcn", seed: int = 0, **kw: Any) -> 
                           self_loops=self_loops, options=options)
         ref = full_graph_reference(str(graph), "gcn", hidden, num_layers, norm=norm,
                                    self_loops=cfg.adds_self_loops, seed=seed)
-        results = run_ranks(_row1d_rank, workers, FullBatch.parse_options(cfg), ref["state"], skip_rounds, timeout_s=timeout_s)
+        results = run_ranks(_row1d_rank, workers, FullBatch.parse_options(cfg), ref["state"], skip_rounds,
+                            timeout_s=timeout_s, device=device)
     check = compare_to_reference(results, ref, tol, relative=True)
     return {**check, "workers": workers, "num_layers": num_layers, "norm": norm,
             "memory": options["memory"], "overlap": options["overlap"], "tolerance": tol,
@@ -164,7 +167,7 @@ def verify_dgcl(workers: int, model: str = "gcn", seed: int = 0, **kw: Any) -> d
     file; default ``dgx1-v100`` restricted to ``workers`` when ``workers <= 8``),
     ``graph`` (store path; default a small synthetic graph), ``num_layers`` (2),
     ``hidden`` (16), ``norm`` ("both"), ``project`` (True: narrowing GCN layers fetch projected
-    rows), ``tol`` (1e-5 absolute), ``timeout_s``.
+    rows), ``tol`` (1e-5 absolute), ``timeout_s``, ``device`` ("cpu": where the ranks compute).
     """
     from gnnflow.partition.api import partition_graph
     from gnnflow.runtime.launch import run_ranks
@@ -175,7 +178,8 @@ def verify_dgcl(workers: int, model: str = "gcn", seed: int = 0, **kw: Any) -> d
         if pl not in PLANNERS:
             raise ConfigError(f"verify dgcl: unknown planner {pl!r}; choose among {', '.join(PLANNERS)}")
     topology = kw.pop("topology", "dgx1-v100" if workers <= 8 else None)
-    tol = float(kw.pop("tol", 1e-5))
+    device = str(kw.pop("device", "cpu"))
+    tol = device_tolerance(float(kw.pop("tol", 1e-5)), device)
     graph = kw.pop("graph", None)
     num_layers = int(kw.pop("num_layers", 2))
     hidden = int(kw.pop("hidden", 16))
@@ -198,7 +202,8 @@ def verify_dgcl(workers: int, model: str = "gcn", seed: int = 0, **kw: Any) -> d
             cfg = TrainConfig(graph=str(graph), strategy="dgcl", partition=str(book.path), model=model,
                               hidden=hidden, num_layers=num_layers, fanouts=[-1] * num_layers, dropout=0.0,
                               seed=seed, workers=workers, self_loops=self_loops, options=options)
-            results = run_ranks(_dgcl_rank, workers, PlannedHalo.parse_options(cfg), ref["state"], timeout_s=timeout_s)
+            results = run_ranks(_dgcl_rank, workers, PlannedHalo.parse_options(cfg), ref["state"],
+                                timeout_s=timeout_s, device=device)
             per[pl] = {**compare_to_reference(results, ref, tol, relative=False),
                        "relay_rows": sum(r["relay_rows"] for r in results)}
     worst = {k: max(per[pl]["max_abs_diff"][k] for pl in per) for k in ("logits", "loss", "grads")}

@@ -29,7 +29,7 @@ from gnnflow.strategies.split.split_parallel import (
     make_split_groups,
     sp_forward,
 )
-from gnnflow.strategies.verify.compare import compare
+from gnnflow.strategies.verify.compare import compare, device_tolerance
 
 
 def _verify_rank(ctx: RankContext, arrays: dict[str, Any], node_part: np.ndarray, targets: np.ndarray,
@@ -49,22 +49,24 @@ def _verify_rank(ctx: RankContext, arrays: dict[str, Any], node_part: np.ndarray
     torch.manual_seed(seed)
     model = build_model(model_name, arrays["features"].shape[1], 16, int(arrays["num_classes"]), len(fanouts),
                         0.0, 2)
-    x = graph.load_features(sample.input_ids)
-    y = graph.load_labels(sample.targets)
+    edges = [(b.dst_ids[b.edge_dst()].numpy(), b.src_ids[b.indices].numpy()) for b in sample.blocks]
+    x = graph.load_features(sample.input_ids).to(ctx.device)
+    y = graph.load_labels(sample.targets).to(ctx.device)
+    model = model.to(ctx.device)
     shuffle = all_to_all_rows if backward_shuffle else detached_shuffle
-    logits = sp_forward(model, sample, x, group=group, shuffle=shuffle)
+    logits = sp_forward(model, sample.to(ctx.device), x, group=group, shuffle=shuffle)
     loss = F.cross_entropy(logits, y, reduction="sum") / len(targets)
     loss.backward()
     all_reduce_gradients(model, average=False)
     loss_sum = loss.detach().double().reshape(1).cpu()
     all_reduce(loss_sum, HOST)
-    edges = [(b.dst_ids[b.edge_dst()].numpy(), b.src_ids[b.indices].numpy()) for b in sample.blocks]
     return {
         "targets": sample.targets.numpy(),
-        "logits": logits.detach().numpy(),
+        "logits": logits.detach().cpu().numpy(),
         "loss": float(loss_sum),
         # numpy, not tensors: torch would share tensor storage with this (exiting) process by fd
-        "grads": {n: p.grad.detach().numpy().copy() for n, p in model.named_parameters()} if ctx.rank == 0 else None,
+        "grads": {n: p.grad.detach().cpu().numpy().copy() for n, p in model.named_parameters()}
+        if ctx.rank == 0 else None,
         "edges": edges,
         "inputs": sample.input_ids.numpy(),
     }
@@ -87,7 +89,8 @@ def verify(workers: int, model: str = "sage", seed: int = 0, **kw: Any) -> dict[
     Options: ``num_nodes`` (300), ``batch_size`` (48), ``fanouts`` ([4, 3]),
     ``split_group_size`` (workers), ``backward_shuffle`` (True; False drops the backward
     exchange and must fail), ``perturb_sampler`` (False; True gives rank 1 another
-    stream and must fail), ``tol`` (1e-5), ``timeout_s`` (120).
+    stream and must fail), ``tol`` (1e-5), ``timeout_s`` (120), ``device`` ("cpu": where the
+    ranks compute; the reference runs on the CPU).
     """
     from gnnflow.data.synthetic import generate_synthetic
     from gnnflow.nn import build_model
@@ -102,7 +105,8 @@ def verify(workers: int, model: str = "sage", seed: int = 0, **kw: Any) -> dict[
     k = int(kw.get("split_group_size", workers))
     if k < 1 or workers % k:
         raise ConfigError(f"split_group_size: {k} must divide the number of workers ({workers})")
-    tol = float(kw.get("tol", 1e-5))
+    device = str(kw.get("device", "cpu"))
+    tol = device_tolerance(float(kw.get("tol", 1e-5)), device)
     data = generate_synthetic(num_nodes=num_nodes, avg_degree=24.0, feature_dim=12, num_classes=4, seed=seed)
     arrays = {k_: np.asarray(data[k_]) for k_ in ("indptr", "indices", "features", "labels", "train_idx")}
     arrays["num_classes"] = data["num_classes"]
@@ -120,7 +124,7 @@ def verify(workers: int, model: str = "sage", seed: int = 0, **kw: Any) -> dict[
     t0 = time.perf_counter()
     out = run_ranks(_verify_rank, workers, arrays, node_part, targets, model, fanouts, seed,
                     bool(kw.get("backward_shuffle", True)), k, bool(kw.get("perturb_sampler", False)),
-                    timeout_s=float(kw.get("timeout_s", 120)))
+                    timeout_s=float(kw.get("timeout_s", 120)), device=device)
     wall = time.perf_counter() - t0
 
     order = np.concatenate([r["targets"] for r in out])
