@@ -29,8 +29,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     summ.add_argument("table", help="results table (.parquet or .csv)")
     summ.add_argument("--out", help="also write the per-run summary as CSV here")
     summ.add_argument("--seeds-out", help="also write the over-seeds summary as CSV here")
+    summ.add_argument("--results-out", help="also write the results table (one row per run: strategy, epoch "
+                                            "time, best-validation test accuracy, peak memory per rank, bytes "
+                                            "moved) as CSV here")
     summ.add_argument("--json", action="store_true",
                       help='print one JSON object {"runs": [...], "over_seeds": [...]} instead of text')
+    costs = sub.add_parser("costs", help="what each workflow rule cost, from Snakemake's benchmark records",
+                           description="One row per job: wall time, peak RSS, CPU time and mean load of every "
+                                       "Snakemake benchmark record (RULE/TARGET.tsv) under a directory.")
+    costs.add_argument("bench_dir", help="the workflow's benchmarks directory (results/benchmarks)")
+    costs.add_argument("--out", required=True, help="CSV to write")
     card = sub.add_parser(
         "scorecard", help="verdicts on a paper's claims (config/paper/*.claims.yaml) from results tables",
         description="Judge every claim of a claims file on one or more results tables: the paper's quoted "
@@ -102,6 +110,15 @@ def scorecard_main(args: argparse.Namespace) -> int:
 def main(args: argparse.Namespace) -> int:
     if args.action == "scorecard":
         return scorecard_main(args)
+    if args.action == "costs":
+        from gnnflow.io import atomic_file
+        from gnnflow.results.report_tables import rule_costs
+
+        frame = rule_costs(args.bench_dir)
+        with atomic_file(args.out) as tmp:
+            frame.to_csv(tmp, index=False)
+        print(f"wrote {args.out} ({len(frame)} jobs)")
+        return 0
     if args.action == "aggregate":
         table = load_runs(args.runs)
         for path in save_table(table, args.out):
@@ -113,7 +130,9 @@ def main(args: argparse.Namespace) -> int:
 
     summary = summarize(read_table(args.table))
     seeds = summarize_seeds(summary)
-    for path, frame in ((args.out, summary), (args.seeds_out, seeds)):
+    from gnnflow.results.report_tables import results_table
+
+    for path, frame in ((args.out, summary), (args.seeds_out, seeds), (args.results_out, results_table(summary))):
         if path:
             with atomic_file(path) as tmp:
                 frame.to_csv(tmp, index=False)
