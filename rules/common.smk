@@ -153,14 +153,14 @@ def all_targets(costs=True):
     rule (read from the benchmark records the others left)."""
     targets = [graph_dir(d) for d in sorted({r.dataset for r in RUNS.values()})]
     targets += [f"{R}/data/{d}/partitions/{p}" for d, p in used_partitions()]
-    targets += [f"{R}/table.parquet", f"{R}/summary.csv", f"{R}/results.csv"]
+    targets += [f"{R}/table.parquet", f"{R}/summary.csv", f"{R}/results.csv", f"{R}/results.html"]
     targets += [f"{R}/figures/{name}.png" for name in FIGURES]
     targets += [f"{R}/bench/{name}.json" for name in BENCHMARKS]
     targets += partition_reports()
     if SCORECARD:
         targets += [f"{R}/scorecard.csv", f"{R}/scorecard.html"]
     if costs:
-        targets.append(f"{R}/rule_costs.csv")
+        targets += [f"{R}/rule_costs.csv", f"{R}/rule_costs.html"]
     return targets
 
 

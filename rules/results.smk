@@ -24,9 +24,10 @@ rule summarize:
         f"{R}/table.parquet",
     output:
         summary=report(f"{R}/summary.csv", caption="../reports/summary.rst", category="1. Results",
-                       labels={"table": "summary: every per-run figure"}),
-        results=report(f"{R}/results.csv", caption="../reports/results.rst", category="1. Results",
-                       labels={"table": "results: one row per run"}),
+                       labels={"table": "summary (CSV): every per-run figure"}),
+        results=f"{R}/results.csv",
+        results_html=report(f"{R}/results.html", caption="../reports/results.rst", category="1. Results",
+                            labels={"table": "results: one row per run"}),
     log:
         f"{R}/logs/summarize.log",
     benchmark:
@@ -34,7 +35,7 @@ rule summarize:
     conda:
         "../envs/gnnflow.yaml"
     shell:
-        "{GNNFLOW} results summarize {input} --out {output.summary} --results-out {output.results} > {log} 2>&1"
+        "{GNNFLOW} results summarize {input} --out {output.summary} --results-out {output.results} --results-out {output.results_html} > {log} 2>&1"
 
 
 rule plot:
@@ -86,13 +87,16 @@ rule scorecard:
 
 rule rule_costs:
     input:
-        [t for t in all_targets(costs=False)],
+        all_targets(costs=False),
     output:
-        report(f"{R}/rule_costs.csv", caption="../reports/rule_costs.rst", category="1. Results",
-               labels={"table": "cost of each rule: wall time, peak memory, CPU time"}),
+        csv=f"{R}/rule_costs.csv",
+        html=report(f"{R}/rule_costs.html", caption="../reports/rule_costs.rst", category="1. Results",
+                    labels={"table": "rule costs: wall time, peak memory and CPU time of each job"}),
     log:
         f"{R}/logs/rule_costs.log",
+    params:
+        datasets=lambda w: json.dumps({**{d: d for d in DATASETS}, **{r: run.dataset for r, run in RUNS.items()}}),
     conda:
         "../envs/gnnflow.yaml"
     shell:
-        "{GNNFLOW} results costs {R}/benchmarks --out {output} > {log} 2>&1"
+        "{GNNFLOW} results costs {R}/benchmarks --datasets {params.datasets:q} --out {output.csv} --out {output.html} > {log} 2>&1"

@@ -289,26 +289,25 @@ def run_memory(run: RunSpec, dataset: dict[str, Any], graph: str, book: str | No
 
 
 def job_mem_mb(run: RunSpec, dataset: dict[str, Any], graph: str, book: str | None, fallback: int = 4000) -> int:
-    """MiB a training job asks for: the preflight's estimate for all the run's processes (on one
-    node: the job's ranks may share it) plus :data:`MEM_MARGIN`; ``fallback`` per rank when the
-    sizes are not known yet.  Refuses, with the preflight's one line, a run that will not fit in
-    the memory the preflight sees (``GNNFLOW_MEMORY_AVAILABLE_MIB``: set it to a node's memory
-    when planning for a cluster)."""
+    """MiB a training job asks for: what the memory preflight of ``gnnflow train`` will count for
+    all the run's processes on one host (the job's ranks may share a node) plus :data:`MEM_MARGIN`;
+    ``fallback`` per rank when the sizes are not known yet.  Refuses, with the preflight's one
+    line, a run that will not fit in the memory the preflight sees (``GNNFLOW_MEMORY_AVAILABLE_MIB``:
+    set it to a node's memory when planning for a cluster)."""
     import math
 
     from gnnflow.errors import ResourceError
-    from gnnflow.strategies.memory import MIB, available_memory
+    from gnnflow.strategies.base import strategy_class
+    from gnnflow.strategies.memory import MIB, available_memory, host_need, shortfall
 
     est = run_memory(run, dataset, graph, book)
     if est is None:
         return fallback * max(1, run.workers)
-    need = est.host_total(run.workers) if run.workers > 1 else est.max_rank
+    need = host_need(est, strategy_class(run.strategy), run.workers)
     avail, source = available_memory()
     if avail and need > avail and not run.settings.get("force"):
-        raise ResourceError(
-            f"run {run.name}: memory: {run.strategy} with {run.workers} rank(s) needs about {need / MIB:.0f} MiB "
-            f"(up to {est.max_rank / MIB:.0f} MiB per rank), but {avail / MIB:.0f} MiB is available ({source}); "
-            "use fewer workers, a smaller batch_size or hidden, or force: true to run anyway")
+        raise ResourceError(f"run {run.name}: {shortfall(run.strategy, run.workers, need, est, avail, source)}; "
+                            "use fewer workers, a smaller batch_size or hidden, or force: true to run anyway")
     return int(math.ceil(need / MIB * (1 + MEM_MARGIN)))
 
 

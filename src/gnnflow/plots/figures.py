@@ -23,8 +23,8 @@ import pandas as pd  # noqa: E402
 from matplotlib.ticker import FuncFormatter, MaxNLocator  # noqa: E402
 
 from gnnflow.errors import GnnflowError  # noqa: E402
-from gnnflow.plots.titles import figure_title
 from gnnflow.plots.labels import axis_label, formatter  # noqa: E402
+from gnnflow.plots.titles import figure_title  # noqa: E402
 from gnnflow.results.labels import BENCH_RATIOS, describe, strategy_label  # noqa: E402
 from gnnflow.results.table import match_runs, per_run, per_run_epoch, sweep_of  # noqa: E402
 
