@@ -27,6 +27,7 @@ include: "rules/results.smk"
 localrules:
     all,
     run_settings,
+    rule_costs,
     prepare,
     aggregate,
     summarize,

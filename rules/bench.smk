@@ -6,6 +6,8 @@ rule bench:
         f"{R}/bench/{{bench}}.json",
     log:
         f"{R}/logs/bench/{{bench}}.log",
+    benchmark:
+        f"{R}/benchmarks/bench/{{bench}}.tsv",
     params:
         name=lambda w: BENCHMARKS[w.bench]["bench"],
         args=lambda w: cli_options(BENCHMARKS[w.bench].get("args")),
@@ -16,4 +18,4 @@ rule bench:
     conda:
         "../envs/gnnflow.yaml"
     shell:
-        "gnnflow bench {params.name} --json {params.args} > {output} 2> {log}"
+        "{GNNFLOW} bench {params.name} --json {params.args} > {output} 2> {log}"

@@ -1,9 +1,11 @@
 # Config validation and the small functions that turn config into target paths.
 import json
 import os
+import sys
 
 from gnnflow.config import cli_options
-from gnnflow.workflow import expand_runs, validate_config, write_settings
+from gnnflow.plots.titles import figure_title
+from gnnflow.workflow import expand_runs, job_mem_mb, job_runtime_min, validate_config, write_settings
 
 os.environ.setdefault("DGLBACKEND", "pytorch")
 os.environ.setdefault("OUTDATED_IGNORE", "1")
@@ -16,6 +18,8 @@ PARTITIONS = config.get("partitions", {})
 BENCHMARKS = {b["name"]: b for b in config.get("benchmarks", [])}
 FIGURES = {f["name"]: f for f in config.get("figures", [])}
 SCORECARD = config.get("scorecard")  # a paper config's claims file and other runs' tables
+#: the gnnflow command of the interpreter that runs Snakemake: rules need no activated environment
+GNNFLOW = f"{sys.executable} -m gnnflow.cli"
 
 
 def claims_path():
@@ -143,15 +147,32 @@ def partition_reports():
     return [f"{R}/data/{d}/partitions/{p}.report.json" for d, p in used_partitions()]
 
 
-def all_targets():
+def all_targets(costs=True):
     """Everything a run keeps: graph stores and partition books are products too, so
-    deleting one re-creates it and re-runs exactly what depends on it."""
+    deleting one re-creates it and re-runs exactly what depends on it; last the cost of each
+    rule (read from the benchmark records the others left)."""
     targets = [graph_dir(d) for d in sorted({r.dataset for r in RUNS.values()})]
     targets += [f"{R}/data/{d}/partitions/{p}" for d, p in used_partitions()]
-    targets += [f"{R}/table.parquet", f"{R}/summary.csv"]
+    targets += [f"{R}/table.parquet", f"{R}/summary.csv", f"{R}/results.csv", f"{R}/results.html"]
     targets += [f"{R}/figures/{name}.png" for name in FIGURES]
     targets += [f"{R}/bench/{name}.json" for name in BENCHMARKS]
     targets += partition_reports()
     if SCORECARD:
         targets += [f"{R}/scorecard.csv", f"{R}/scorecard.html"]
+    if costs:
+        targets += [f"{R}/rule_costs.csv", f"{R}/rule_costs.html"]
     return targets
+
+
+def train_mem_mb(wildcards):
+    """MiB a training job asks for: the memory preflight's estimate of the run plus a margin
+    (gnnflow.workflow.job_mem_mb); a run that will not fit stops the workflow here, in one line."""
+    run = RUNS[wildcards.run]
+    book = f"{R}/data/{run.dataset}/partitions/{run.partition}" if run.partition else None
+    return job_mem_mb(run, DATASETS[run.dataset], graph_dir(run.dataset), book)
+
+
+def train_runtime(wildcards):
+    """Minutes a training job asks for: measured by its last execution, else configured."""
+    run = RUNS[wildcards.run]
+    return job_runtime_min(run, f"{R}/benchmarks/train/{wildcards.run}.tsv", run.runtime)

@@ -9,6 +9,8 @@ rule presample:
         f"{R}/data/{{dataset}}/presample.npz",
     log:
         f"{R}/logs/presample/{{dataset}}.log",
+    benchmark:
+        f"{R}/benchmarks/presample/{{dataset}}.tsv",
     params:
         args=presample_args,
     threads: 1
@@ -18,7 +20,7 @@ rule presample:
     conda:
         "../envs/gnnflow.yaml"
     shell:
-        "gnnflow presample {input} {params.args} --out {output} > {log} 2>&1"
+        "{GNNFLOW} presample {input} {params.args} --out {output} > {log} 2>&1"
 
 
 rule partition:
@@ -28,6 +30,8 @@ rule partition:
         directory(f"{R}/data/{{dataset}}/partitions/{{partition}}"),
     log:
         f"{R}/logs/partition/{{dataset}}.{{partition}}.log",
+    benchmark:
+        f"{R}/benchmarks/partition/{{dataset}}.{{partition}}.tsv",
     params:
         args=partition_args,
     threads: 2
@@ -38,7 +42,7 @@ rule partition:
     conda:
         "../envs/gnnflow.yaml"
     shell:
-        "gnnflow partition {input.graph} {params.args} --out {output} > {log} 2>&1"
+        "{GNNFLOW} partition {input.graph} {params.args} --out {output} > {log} 2>&1"
 
 
 rule partition_report:
@@ -48,10 +52,12 @@ rule partition_report:
         f"{R}/data/{{dataset}}/partitions/{{partition}}.report.json",
     log:
         f"{R}/logs/partition/{{dataset}}.{{partition}}.report.log",
+    benchmark:
+        f"{R}/benchmarks/partition/{{dataset}}.{{partition}}.report.tsv",
     resources:
         mem_mb=8000,
         runtime=30,
     conda:
         "../envs/gnnflow.yaml"
     shell:
-        "gnnflow partition-report {input} --json > {output} 2> {log}"
+        "{GNNFLOW} partition-report {input} --json > {output} 2> {log}"

@@ -7,6 +7,8 @@ rule prepare:
         directory(f"{R}/data/{{dataset}}/graph"),
     log:
         f"{R}/logs/prepare/{{dataset}}.log",
+    benchmark:
+        f"{R}/benchmarks/prepare/{{dataset}}.tsv",
     params:
         args=prepare_args,
     threads: 2
@@ -16,7 +18,7 @@ rule prepare:
     conda:
         "../envs/gnnflow.yaml"
     shell:
-        "gnnflow prepare {params.args} --out {output} > {log} 2>&1"
+        "{GNNFLOW} prepare {params.args} --out {output} > {log} 2>&1"
 
 
 rule homogenize:
@@ -26,10 +28,12 @@ rule homogenize:
         directory(f"{R}/data/{{dataset}}/homogeneous"),
     log:
         f"{R}/logs/homogenize/{{dataset}}.log",
+    benchmark:
+        f"{R}/benchmarks/homogenize/{{dataset}}.tsv",
     resources:
         mem_mb=8000,
         runtime=60,
     conda:
         "../envs/gnnflow.yaml"
     shell:
-        "gnnflow homogenize {input} --out {output} > {log} 2>&1"
+        "{GNNFLOW} homogenize {input} --out {output} > {log} 2>&1"

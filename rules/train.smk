@@ -24,6 +24,8 @@ rule train:
         f"{R}/runs/{{run}}/records.jsonl",
     log:
         f"{R}/logs/train/{{run}}.log",
+    benchmark:
+        f"{R}/benchmarks/train/{{run}}.tsv",
     wildcard_constraints:
         run=runs_matching(lambda run: run.workers == 1),
     params:
@@ -33,12 +35,12 @@ rule train:
     threads: 1
     resources:
         tasks=1,
-        mem_mb=4000,
-        runtime=60,
+        mem_mb=train_mem_mb,
+        runtime=train_runtime,
     conda:
         "../envs/gnnflow.yaml"
     shell:
-        "{params.launch} gnnflow train --config {input.settings} --graph {input.graph} {params.partition} "
+        "{params.launch} {GNNFLOW} train --config {input.settings} --graph {input.graph} {params.partition} "
         "--out {params.out} > {log} 2>&1"
 
 
@@ -48,5 +50,5 @@ use rule train as train_ranks with:
     threads: lambda w: RUNS[w.run].workers
     resources:
         tasks=lambda w: RUNS[w.run].workers,
-        mem_mb=lambda w: 4000 * RUNS[w.run].workers,
-        runtime=60,
+        mem_mb=train_mem_mb,
+        runtime=train_runtime,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import os
 import re
 import shutil
 import subprocess
@@ -136,3 +137,49 @@ def test_cluster_profile_runs_every_multi_rank_run_as_one_srun(tmp_path):
         assert "nodes" not in resources, (run, resources)
     assert "mb-distdgl-synthetic-sage-w4-metis4" in seen
     assert set(seen) == {n for n, r in runs.items() if r.workers > 1}
+
+
+def _job_resources(text: str) -> dict[str, dict[str, str]]:
+    """run -> resources of every training job in a dry run's output."""
+    jobs = {}
+    for block in re.split(r"\nrule (?=train(?:_ranks)?:)", text)[1:]:
+        run = re.search(r"output: \S*runs/([^/]+)/records\.jsonl", block).group(1)
+        jobs[run] = dict(kv.split("=", 1) for kv in re.search(r"resources: (.*)", block).group(1).split(", "))
+    return jobs
+
+
+def test_cluster_jobs_ask_for_the_memory_the_preflight_estimates(tmp_path):
+    """Every training job asks SLURM for the memory preflight's estimate of its run plus the
+    stated margin (here from the sizes the synthetic dataset will have: nothing is prepared yet),
+    so the figure differs per run; a run the preflight refuses stops the dry run, in one line."""
+    import math
+
+    from gnnflow.config import TrainConfig
+    from gnnflow.strategies.base import strategy_class
+    from gnnflow.strategies.memory import MIB, GraphSizes, estimate, host_need
+    from gnnflow.workflow import MEM_MARGIN
+
+    proc = _snakemake("-n", "--profile", "cluster", "--config", f"results={tmp_path}/results")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    jobs = _job_resources(proc.stdout)
+    runs = {r.name: r for r in expand_runs(_validate(DEFAULT))}
+    assert set(jobs) == set(runs)
+    n = 32_768  # gnnflow.data.synthetic.DEFAULTS, which config/config.yaml keeps
+    sizes = GraphSizes(num_nodes=n, num_edges=12 * n, feature_dim=32, num_classes=8, num_train=n // 2)
+    for name, run in runs.items():
+        cls = strategy_class(run.strategy)
+        cfg = cls.parse_options(TrainConfig.from_dict({**run.train_settings(), "graph": "g", "partition": None}))
+        need = host_need(estimate(cfg, sizes, cls), cls, run.workers)
+        assert int(jobs[name]["mem_mb"]) == math.ceil(need / MIB * (1 + MEM_MARGIN)), (name, jobs[name])
+    assert len({int(j["mem_mb"]) for j in jobs.values()}) >= 5, jobs  # sized per run, not one constant
+    assert int(jobs["mb-distdgl-synthetic-sage-w4-metis4"]["mem_mb"]) > int(
+        jobs["ref-single-synthetic-sage-w1-b512"]["mem_mb"])
+
+    exe = shutil.which("snakemake") or str(Path(sys.executable).parent / "snakemake")
+    small = subprocess.run([exe, "-n", "--profile", "cluster", "--config", f"results={tmp_path}/results"],
+                           cwd=ROOT, capture_output=True, text=True, timeout=300,
+                           env=dict(os.environ, GNNFLOW_MEMORY_AVAILABLE_MIB="600"))
+    assert small.returncode != 0
+    out = small.stdout + small.stderr
+    assert re.search(r"run \S+: memory: \w+ with \d rank\(s\) on this host needs about \d+ MiB .* but 600 MiB "
+                     r"is available \(GNNFLOW_MEMORY_AVAILABLE_MIB=600\); use fewer workers", out), out[-3000:]

@@ -25,9 +25,13 @@ pytestmark = pytest.mark.slow
 
 
 def tool_env(**extra: str) -> dict[str, str]:
-    """The environment rules run in: this interpreter's bin first, so `gnnflow` resolves."""
+    """The environment rules run in: no activated environment (this interpreter's bin taken off
+    PATH), as a user who runs `.venv/bin/snakemake` directly; rules find gnnflow through the
+    interpreter that runs Snakemake, not through PATH."""
     env = dict(os.environ, **extra)
-    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    own = str(Path(sys.executable).parent)
+    env["PATH"] = os.pathsep.join(p for p in env.get("PATH", "").split(os.pathsep) if p and p != own)
+    env.pop("VIRTUAL_ENV", None)
     return env
 
 
@@ -92,10 +96,29 @@ def test_deleting_a_partition_reruns_exactly_downstream(local_run):
     try:
         jobs = planned_jobs(snakemake(local_run, "-n"))
         assert jobs == {"partition": 1, "partition_report": 1, "train_ranks": 1, "aggregate": 1,
-                        "summarize": 1, "plot": 1, "scorecard": 1, "all": 1}, jobs
+                        "summarize": 1, "plot": 1, "scorecard": 1, "rule_costs": 1, "all": 1}, jobs
     finally:
         shutil.rmtree(part, ignore_errors=True)
         saved.rename(part)
+
+
+def test_cluster_jobs_ask_for_what_the_runs_preflight_estimated(local_run):
+    """Planned for SLURM after the runs, each training job asks for what the memory preflight of
+    its own run logged ("... N MiB on this host", from the store and book it trained on) plus the
+    stated margin."""
+    from gnnflow.workflow import MEM_MARGIN
+
+    proc = snakemake(local_run, "-n", "--forcerun", "train", "train_ranks", *CLUSTER_ARGS[:2])
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    asked = {}
+    for block in re.split(r"\nrule (?=train(?:_ranks)?:)", proc.stdout)[1:]:
+        run = re.search(r"wildcards: run=(\S+)", block).group(1)
+        asked[run] = int(re.search(r"mem_mb=(\d+)", block).group(1))
+    assert set(asked) == {"ref-single-tinysyn-sage-w1", "dp-data-tinysyn-sage-w2-metis2"}
+    for run, mem_mb in asked.items():
+        log = (local_run / "results" / "logs" / "train" / f"{run}.log").read_text()
+        host_mib = int(re.search(r"memory estimate: .*; (\d+) MiB on this host", log).group(1))
+        assert abs(mem_mb - host_mib * (1 + MEM_MARGIN)) <= 2, (run, mem_mb, host_mib)
 
 
 def _nonblank(png: Path) -> float:
@@ -103,6 +126,16 @@ def _nonblank(png: Path) -> float:
 
     img = Image.open(png).convert("L")
     return ImageStat.Stat(img).stddev[0]
+
+
+def _report_table(page, report: Path, label: str) -> list[list[str]]:
+    """The rows of the table the report's "1. Results" entry ``label`` shows, header first."""
+    page.goto(f"file://{report}")
+    page.get_by_text("1. Results", exact=True).click()
+    page.locator("tr", has_text=label).first.locator("a[iconname=eye]").click()
+    table = page.frame_locator("iframe").first.locator("table#table")
+    table.wait_for(state="visible", timeout=20000)
+    return [[c.strip() for c in row.split("\t")] for row in table.inner_text().splitlines() if row.strip()]
 
 
 def test_html_report_shows_figures(local_run, tmp_path):
@@ -120,9 +153,23 @@ def test_html_report_shows_figures(local_run, tmp_path):
             "--disable-background-networking", "--disable-component-update", "--disable-sync"])
         try:
             page = browser.new_page(viewport={"width": 1280, "height": 1000})
+            # the results first: the results table (one row per run) and what each rule cost
             page.goto(f"file://{report}")
-            page.get_by_text("Figures", exact=True).click()
-            page.locator("tr", has_text="accuracy-per-epoch").first.locator("a[iconname=eye]").click()
+            page.get_by_text("1. Results", exact=True).click()
+            labels = page.locator("nav table").inner_text()
+            assert labels.index("results: one row per run") < labels.index("rule costs")
+            results = _report_table(page, report, "results: one row per run")
+            assert results[0][:2] == ["strategy", "run"] and "peak memory per rank (MiB)" in results[0]
+            assert sorted(r[0] for r in results[1:]) == ["data", "single"]
+            costs = _report_table(page, report, "rule costs")
+            assert costs[0][:3] == ["rule", "dataset", "target"]
+            ran = {(r[0], r[2]) for r in costs[1:]}
+            assert {("prepare", "tinysyn"), ("partition", "tinysyn.metis2"), ("train", "ref-single-tinysyn-sage-w1"),
+                    ("train", "dp-data-tinysyn-sage-w2-metis2"), ("plot", "accuracy")} <= ran, ran
+            assert all(float(r[3]) > 0 for r in costs[1:])  # every job's wall time measured
+            page.goto(f"file://{report}")
+            page.get_by_text("2. Figures", exact=True).click()
+            page.locator("tr", has_text="accuracy.png").first.locator("a[iconname=eye]").click()
             figure = page.locator("img[src^='data:image/png']").first
             figure.wait_for(state="visible", timeout=20000)
             box = figure.bounding_box()
@@ -130,7 +177,7 @@ def test_html_report_shows_figures(local_run, tmp_path):
             figure.screenshot(path=str(shot))
             # the scorecard page: every claim with its verdict, and its figures drawn
             page.goto(f"file://{report}")
-            page.get_by_text("Scorecard", exact=True).click()
+            page.get_by_text("3. Scorecard", exact=True).click()
             page.locator("tr", has_text="scorecard.html").first.locator("a[iconname=eye]").click()
             card = page.frame_locator("iframe").first
             for claim in ("accuracy", "features", "speedup"):

@@ -25,7 +25,7 @@ from gnnflow.errors import ConfigError
 
 SCHEMA = Path(__file__).resolve().parents[2] / "workflow" / "schemas" / "config.schema.yaml"
 #: keys of a sweep that are the workflow's own, not training settings
-RUN_KEYS = ("name", "dataset", "partition")
+RUN_KEYS = ("name", "dataset", "partition", "runtime")
 
 
 @dataclass
@@ -39,6 +39,8 @@ class RunSpec:
     partition: str | None
     settings: dict[str, Any] = field(default_factory=dict)
     options: dict[str, Any] = field(default_factory=dict)
+    #: minutes its job asks for when it has never run (the sweep's ``runtime``)
+    runtime: int | None = None
 
     @property
     def workers(self) -> int:
@@ -204,7 +206,7 @@ def expand_runs(config: dict[str, Any]) -> list[RunSpec]:
     for sweep in train.get("sweeps", []):
         merged = {**defaults, **sweep}
         merged_opts = {**(defaults.get("options") or {}), **(sweep.get("options") or {})}
-        axes = {k: _as_list(v) for k, v in merged.items() if k not in ("name", "options", "fanouts")}
+        axes = {k: _as_list(v) for k, v in merged.items() if k not in ("name", "options", "fanouts", "runtime")}
         fan = merged.get("fanouts")
         if fan:
             axes["fanouts"] = fan if isinstance(fan[0], list) else [fan]
@@ -232,7 +234,7 @@ def expand_runs(config: dict[str, Any]) -> list[RunSpec]:
                     parts.append(f"{k}{options[k]}")
             name = "-".join(parts)
             run = RunSpec(name=name, sweep=sweep["name"], strategy=strategy, dataset=dataset,
-                          partition=partition, settings=values, options=options)
+                          partition=partition, settings=values, options=options, runtime=merged.get("runtime"))
             if name in names:
                 if run in runs:  # an option swept that this strategy does not take: the same run again
                     continue
@@ -240,3 +242,89 @@ def expand_runs(config: dict[str, Any]) -> list[RunSpec]:
             names.add(name)
             runs.append(run)
     return runs
+
+
+# ------------------------------------------------------------------------------------------ job sizes
+#: what a job asks SLURM for above the preflight's estimate (the estimate is within ~25 % of
+#: measured peaks: docs/runtime.md "Memory preflight")
+MEM_MARGIN = 0.25
+#: minutes asked for a run never measured and without a configured ``runtime``
+DEFAULT_RUNTIME_MIN = 60
+
+
+def planned_sizes(dataset: dict[str, Any]) -> Any:
+    """The sizes a dataset will have, from its config alone (before it is prepared): known for the
+    synthetic generator (its options and defaults); None for sources whose size is only known
+    once the data is read."""
+    from gnnflow.data.synthetic import DEFAULTS
+    from gnnflow.strategies.memory import GraphSizes
+
+    if dataset.get("source") != "synthetic":
+        return None
+    opts = {str(k).replace("-", "_"): v for k, v in (dataset.get("options") or {}).items()}
+    n = int(opts.get("nodes", opts.get("num_nodes", DEFAULTS["num_nodes"])))
+    degree = float(opts.get("avg_degree", DEFAULTS["avg_degree"]))
+    return GraphSizes(num_nodes=n, num_edges=int(n * degree), feature_dim=int(opts.get("feature_dim", DEFAULTS["feature_dim"])),
+                      num_classes=int(opts.get("classes", opts.get("num_classes", DEFAULTS["num_classes"]))),
+                      num_train=int(round(float(opts.get("train_frac", DEFAULTS["train_frac"])) * n)))
+
+
+def run_memory(run: RunSpec, dataset: dict[str, Any], graph: str, book: str | None) -> Any:
+    """The memory preflight's estimate for ``run`` (:class:`~gnnflow.strategies.memory.MemoryEstimate`):
+    from the store's and book's metadata once they exist, else from the dataset's planned sizes;
+    None when neither is known yet."""
+    from gnnflow.config import TrainConfig
+    from gnnflow.strategies.base import strategy_class
+    from gnnflow.strategies.memory import GraphSizes, estimate
+
+    cls = strategy_class(run.strategy)
+    cfg = cls.parse_options(TrainConfig.from_dict({**run.train_settings(), "graph": graph, "partition": book}))
+    if (Path(graph) / "meta.json").exists():
+        sizes = GraphSizes.read(graph, book if book and (Path(book) / "meta.json").exists() else None)
+    else:
+        sizes = planned_sizes(dataset)
+        if sizes is None:
+            return None
+    return estimate(cfg, sizes, cls)
+
+
+def job_mem_mb(run: RunSpec, dataset: dict[str, Any], graph: str, book: str | None, fallback: int = 4000) -> int:
+    """MiB a training job asks for: what the memory preflight of ``gnnflow train`` will count for
+    all the run's processes on one host (the job's ranks may share a node) plus :data:`MEM_MARGIN`;
+    ``fallback`` per rank when the sizes are not known yet.  Refuses, with the preflight's one
+    line, a run that will not fit in the memory the preflight sees (``GNNFLOW_MEMORY_AVAILABLE_MIB``:
+    set it to a node's memory when planning for a cluster)."""
+    import math
+
+    from gnnflow.errors import ResourceError
+    from gnnflow.strategies.base import strategy_class
+    from gnnflow.strategies.memory import MIB, available_memory, host_need, shortfall
+
+    est = run_memory(run, dataset, graph, book)
+    if est is None:
+        return fallback * max(1, run.workers)
+    need = host_need(est, strategy_class(run.strategy), run.workers)
+    avail, source = available_memory()
+    if avail and need > avail and not run.settings.get("force"):
+        raise ResourceError(f"run {run.name}: {shortfall(run.strategy, run.workers, need, est, avail, source)}; "
+                            "use fewer workers, a smaller batch_size or hidden, or force: true to run anyway")
+    return int(math.ceil(need / MIB * (1 + MEM_MARGIN)))
+
+
+def job_runtime_min(run: RunSpec, benchmark_tsv: str | Path, configured: int | None = None) -> int:
+    """Minutes a training job asks for: measured (1.5 x the wall time the run's last execution
+    recorded in its Snakemake benchmark file, plus 5) when there is one, else the sweep's
+    ``runtime`` setting, else :data:`DEFAULT_RUNTIME_MIN`."""
+    import csv
+    import math
+
+    path = Path(benchmark_tsv)
+    if path.exists():
+        try:
+            with open(path) as fh:
+                rows = list(csv.DictReader(fh, delimiter="\t"))
+            seconds = max(float(r["s"]) for r in rows)
+            return int(math.ceil(1.5 * seconds / 60)) + 5
+        except (OSError, ValueError, KeyError):
+            pass
+    return int(configured or DEFAULT_RUNTIME_MIN)

@@ -29,8 +29,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     summ.add_argument("table", help="results table (.parquet or .csv)")
     summ.add_argument("--out", help="also write the per-run summary as CSV here")
     summ.add_argument("--seeds-out", help="also write the over-seeds summary as CSV here")
+    summ.add_argument("--results-out", action="append", default=[], metavar="PATH",
+                      help="also write the results table (one row per run: strategy, epoch time, best-validation "
+                           "test accuracy, peak memory per rank, bytes moved) here: a page if PATH ends in .html, "
+                           "else CSV (repeat for both)")
     summ.add_argument("--json", action="store_true",
                       help='print one JSON object {"runs": [...], "over_seeds": [...]} instead of text')
+    costs = sub.add_parser("costs", help="what each workflow rule cost, from Snakemake's benchmark records",
+                           description="One row per job: wall time, peak RSS, CPU time and mean load of every "
+                                       "Snakemake benchmark record (RULE/TARGET.tsv) under a directory.")
+    costs.add_argument("bench_dir", help="the workflow's benchmarks directory (results/benchmarks)")
+    costs.add_argument("--out", required=True, action="append", metavar="PATH",
+                       help="write the table here: a page if PATH ends in .html, else CSV (repeat for both)")
+    costs.add_argument("--datasets", default="{}", metavar="JSON",
+                       help="the dataset of each target, as a JSON object (run id or dataset name -> dataset)")
     card = sub.add_parser(
         "scorecard", help="verdicts on a paper's claims (config/paper/*.claims.yaml) from results tables",
         description="Judge every claim of a claims file on one or more results tables: the paper's quoted "
@@ -102,6 +114,16 @@ def scorecard_main(args: argparse.Namespace) -> int:
 def main(args: argparse.Namespace) -> int:
     if args.action == "scorecard":
         return scorecard_main(args)
+    if args.action == "costs":
+        import json
+
+        from gnnflow.results.report_tables import rule_costs, save_frame
+
+        frame = rule_costs(args.bench_dir, json.loads(args.datasets))
+        for path in args.out:
+            save_frame(frame, path, "What each rule cost", "One row per job, from Snakemake's benchmark records.")
+            print(f"wrote {path} ({len(frame)} jobs)")
+        return 0
     if args.action == "aggregate":
         table = load_runs(args.runs)
         for path in save_table(table, args.out):
@@ -113,10 +135,16 @@ def main(args: argparse.Namespace) -> int:
 
     summary = summarize(read_table(args.table))
     seeds = summarize_seeds(summary)
+    from gnnflow.results.report_tables import results_table, save_frame
+
     for path, frame in ((args.out, summary), (args.seeds_out, seeds)):
         if path:
             with atomic_file(path) as tmp:
                 frame.to_csv(tmp, index=False)
+    for path in args.results_out:
+        save_frame(results_table(summary), path, "Results",
+                   "One row per run: the slowest rank's median epoch time, the test accuracy at the epoch with "
+                   "the best validation accuracy, the largest rank's peak memory and the bytes sent per epoch.")
     if args.json:
         print(json.dumps({"runs": json.loads(summary.to_json(orient="records")),
                           "over_seeds": json.loads(seeds.to_json(orient="records"))}))

@@ -24,6 +24,7 @@ from matplotlib.ticker import FuncFormatter, MaxNLocator  # noqa: E402
 
 from gnnflow.errors import GnnflowError  # noqa: E402
 from gnnflow.plots.labels import axis_label, formatter  # noqa: E402
+from gnnflow.plots.titles import figure_title  # noqa: E402
 from gnnflow.results.labels import BENCH_RATIOS, describe, strategy_label  # noqa: E402
 from gnnflow.results.table import match_runs, per_run, per_run_epoch, sweep_of  # noqa: E402
 
@@ -256,6 +257,6 @@ def make_figure(table: pd.DataFrame, spec: dict[str, Any], bench_dir: Path | Non
         if table.empty:
             raise GnnflowError(f"figure {spec['name']}: no runs of sweeps {sweeps} in the results table")
     fig = KINDS[kind](table, spec, bench_dir) if kind == "benchmark" else KINDS[kind](table, spec)
-    fig.suptitle(spec.get("options", {}).get("title", spec["name"]), fontsize=10)
+    fig.suptitle(figure_title(spec), fontsize=10)
     fig.tight_layout()
     return fig

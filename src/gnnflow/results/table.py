@@ -190,6 +190,8 @@ def summarize(table: pd.DataFrame) -> pd.DataFrame:
         for c in ("sampled_edges", "features_loaded", "remote_bytes", "bytes_sent"):
             if c in g:
                 row[f"{c}_per_epoch"] = float(g[c].mean())
+        if "mem_peak_rss_mib" in table:  # the largest rank's peak (VmHWM) over the run
+            row["peak_rss_mib"] = float(table.loc[table["run_id"] == run_id, "mem_peak_rss_mib"].max())
         rows.append(row)
     return pd.DataFrame(rows).sort_values(["dataset", "strategy", "workers"], kind="stable")
 

@@ -464,20 +464,30 @@ def check_memory(cfg: Any, cls: Any, force: bool = False) -> MemoryEstimate | No
     except (OSError, ValueError, KeyError, TypeError) as exc:  # no sizes to go on: say so, go on
         log.warning("memory estimate: not available (%s: %s)", type(exc).__name__, exc)
         return None
-    if not cls.distributed:
-        est.launcher = 0  # the process that checks is the one that trains
     local = ranks_on_this_host(cfg)
-    need = est.host_total(local)
+    need = host_need(est, cls, local)
     avail, source = available_memory()
     log.info("%s; available %s", est.line(local),
              f"{avail / MIB:.0f} MiB ({source})" if avail else f"unknown ({source})")
     if not avail or need <= avail:
         return est
-    msg = (f"memory: {cfg.strategy} with {local} rank(s) on this host needs about {need / MIB:.0f} MiB "
-           f"(up to {est.max_rank / MIB:.0f} MiB per rank), but {avail / MIB:.0f} MiB is available "
-           f"({source})")
+    msg = shortfall(cfg.strategy, local, need, est, avail, source)
     if force:
         log.warning("%s; --force: running anyway", msg)
         return est
     raise ResourceError(f"{msg}; use fewer --workers (or hosts with more memory), a smaller --batch-size, "
                         "--hidden or --opt pipeline_mib, or --force to run anyway")
+
+
+def host_need(est: MemoryEstimate, cls: Any, local: int) -> int:
+    """Bytes the processes of ``local`` ranks of a run need on one host (a one-process strategy
+    has no launcher: the process that checks is the one that trains)."""
+    if not cls.distributed:
+        est.launcher = 0
+    return est.host_total(local)
+
+
+def shortfall(strategy: str, local: int, need: int, est: MemoryEstimate, avail: int, source: str) -> str:
+    """The preflight's line for a run that will not fit."""
+    return (f"memory: {strategy} with {local} rank(s) on this host needs about {need / MIB:.0f} MiB "
+            f"(up to {est.max_rank / MIB:.0f} MiB per rank), but {avail / MIB:.0f} MiB is available ({source})")
