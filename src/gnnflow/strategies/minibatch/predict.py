@@ -329,7 +329,7 @@ def _placement(cfg: TrainConfig, graph: str, partition: str | None, workers: int
         partition = cfg.partition
     if partition is None:
         return None, 1
-    parts = int(read_book_meta(partition)["num_parts"])
+    parts = int(read_book_meta(partition).num_parts)
     check_book_matches_graph(partition, graph)
     if workers is not None and workers != parts:
         raise ConfigError(f"{partition}: {parts} parts, but --workers {workers}; predict with --workers {parts} "
