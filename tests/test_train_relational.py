@@ -58,12 +58,18 @@ def test_rgat_and_full_batch_rgcn_train(hetero, one_thread):
 def test_layerwise_evaluation_equals_the_whole_graph_forward(hetero):
     """Chunked layer-wise inference (typed full blocks, per-type rows) computes what the model
     computes on whole-graph blocks: the edge and vertex types reach every chunk."""
+    import numpy as np
+
     from gnnflow.nn import build_model
+    from gnnflow.strategies.relational import make_embeddings
 
     typed = TypedGraph(hetero)
     for model in ("rgcn", "rgat"):
         torch.manual_seed(0)
         net = build_model(model, 0, 8, 4, 2, heads=2, schema=typed.schema).eval()
+        # the featureless type's rows (institutions), every one owned here
+        cfg = TrainConfig(graph=str(hetero.path), model=model, hidden=8)
+        typed.embeddings = make_embeddings(typed.schema, typed.offsets, np.arange(hetero.num_nodes), cfg)
         with torch.no_grad():
             for p in net.parameters():
                 p.normal_(0, 0.3)  # biases too: each relation's reaches its destination type
