@@ -172,14 +172,15 @@ class NodeEmbeddings:
         glob = [ids[pos].numpy() + self.offsets[t] for t, pos in zip(self.featureless, positions, strict=True)]
         return (np.concatenate(glob) if glob else np.zeros(0, dtype=np.int64)), positions
 
-    def attach(self, rows: TypedRows, learn: bool = True) -> TypedRows:
+    def attach(self, rows: TypedRows, learn: bool = True, exchange: RowExchange | None = None) -> TypedRows:
         """``rows`` with the embedding rows of their featureless vertices in ``features``.
 
         ``learn``: the rows form a leaf tensor whose gradient :meth:`step` applies (a batch in
         training; once per batch, on every process alike where the exchange is collective);
-        else plain rows (evaluation)."""
+        else plain rows (evaluation).  ``exchange``: another source of the rows than
+        :attr:`exchange` (evaluation reads its own rows locally)."""
         glob, positions = self._featureless_ids(rows)
-        emb = self.exchange.fetch(glob)
+        emb = (exchange or self.exchange).fetch(glob)
         if learn:
             emb = emb.detach().requires_grad_(True)
             self._pending = (emb, int(glob.shape[0]))

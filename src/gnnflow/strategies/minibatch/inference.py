@@ -130,6 +130,9 @@ def _chunk_block(part: Any, rows: np.ndarray, degrees: torch.Tensor | None) -> t
     l2g = part.local_to_global
     block = Block(dst_ids=torch.from_numpy(l2g[rows]), src_ids=torch.from_numpy(l2g[src_local]),
                   indptr=torch.from_numpy(sub_ptr), indices=torch.from_numpy(pos[inv[rows.shape[0]:]]))
+    if part.edge_types is not None:  # a typed book: the relations (rows grouped by them) and vertex types
+        block.etypes = torch.from_numpy(np.asarray(part.edge_types[lo:hi], dtype=np.int64))
+        block.src_types = torch.from_numpy(np.asarray(part.node_types[src_local], dtype=np.int64))
     if degrees is not None:
         block.src_deg = degrees[torch.from_numpy(src_local), 1]
         block.dst_deg = degrees[torch.from_numpy(rows), 0]
@@ -139,7 +142,7 @@ def _chunk_block(part: Any, rows: np.ndarray, degrees: torch.Tensor | None) -> t
 def _empty_block() -> Block:
     none = torch.zeros(0, dtype=torch.int64)
     return Block(dst_ids=none, src_ids=none, indptr=torch.zeros(1, dtype=torch.int64), indices=none,
-                 src_deg=torch.zeros(0), dst_deg=torch.zeros(0))
+                 src_deg=torch.zeros(0), dst_deg=torch.zeros(0), etypes=none, src_types=none)
 
 
 def inner_degrees(part: Any, node_part: np.ndarray, group: Any = None) -> torch.Tensor:
@@ -167,18 +170,23 @@ def local_degrees(part: Any, node_part: np.ndarray, inner: torch.Tensor | None =
 @torch.no_grad()
 def layerwise_inference(net: Any, part: Any, node_part: np.ndarray, device: torch.device,
                         degrees: torch.Tensor | None = None, group: Any = None,
-                        layers: int | None = None, chunk_rows: int | None = None) -> torch.Tensor:
+                        layers: int | None = None, chunk_rows: int | None = None,
+                        inputs: Any = None) -> torch.Tensor:
     """Logits of ``part``'s inner vertices (see the module docstring).  ``degrees``: the
     ``[num_local, 2]`` whole-graph (in, out)-degrees of the part's local vertices, for GCN.
     ``layers = k``: the outputs of layer ``k`` instead (the first ``k`` layers run; an
     embedding).  ``chunk_rows``: destinations per chunk (default: about ``chunk_bytes()`` of
-    source rows)."""
+    source rows).  ``inputs``: layer 0's rows of the inner vertices (default: the feature
+    shard), e.g. a relational model's embedded typed inputs
+    (:mod:`gnnflow.strategies.minibatch.relational`); a :class:`ScratchRows` given is closed after
+    layer 0, as a hidden table is.  On a typed book the blocks carry edge and vertex types."""
     was = net.training
     net.eval()
     n_in = part.num_inner
     halo = np.asarray(part.halo_ids, dtype=np.int64)
-    table: Any = part.features  # layer 0 reads the memory-mapped feature shard
-    scratch: ScratchRows | None = None
+    scratch: ScratchRows | None = inputs if isinstance(inputs, ScratchRows) else None
+    # layer 0's rows: the memory-mapped feature shard, or the given table
+    table: Any = part.features if inputs is None else scratch.array if scratch is not None else inputs
     stop = net.num_layers if layers is None else layers
     try:
         for layer in range(stop):
