@@ -64,3 +64,29 @@ def test_scan_names_a_part_whose_relations_are_out_of_order(typed_book, tmp_path
     assert all("\n" not in p for p in problems)
     # an untyped reader of the same book still sees its arrays
     assert PartitionBook(copy, verify=False).load_part(0, verify=False).features is not None
+
+
+def test_ogbn_mag_keeps_featureless_types_featureless(tmp_path, capsys):
+    """OGB's mag layout: only papers have features; the store, its typed book and a relational
+    model's schema keep authors, institutions and fields featureless (their rows are learned)."""
+    from test_data_ogb import write_mag_like
+
+    from gnnflow.cli import main as cli
+    from gnnflow.config import TrainConfig
+    from gnnflow.data.store import open_store
+    from gnnflow.strategies.relational import TypedGraph, make_embeddings
+
+    write_mag_like(tmp_path / "mag")
+    assert cli(["prepare", "ogbn-mag", "--raw-dir", str(tmp_path / "mag"), "--out", str(tmp_path / "g")]) == 0
+    capsys.readouterr()
+    s = open_store(tmp_path / "g")
+    assert s.meta.type_feature_dims == {"paper": 4}
+    assert [k for k in s.extra if k.startswith("features_")] == ["features_paper"]
+    book = partition_graph(s.path, "random", 2, tmp_path / "book", seed=0)
+    for i in range(2):
+        assert sorted(f.name for f in (book.path / f"part{i}").glob("features_*.npy")) == ["features_paper.npy"]
+    typed = TypedGraph(s)
+    assert typed.schema.feature_dims == (None, None, None, 4)  # author, field_of_study, institution, paper
+    emb = make_embeddings(typed.schema, typed.offsets, np.arange(s.num_nodes),
+                          TrainConfig(graph=str(s.path), model="rgcn", hidden=8))
+    assert emb.owned.tolist() == list(range(20))  # every author, field and institution: a learned row
