@@ -69,7 +69,7 @@ PRESETS: dict[str, dict[str, Any]] = {
     # OGB's split is by year (train 629,571 / val 64,879 / test 41,939), drawn at random here
     "ogbn-mag": {"num_papers": 736_389, "num_authors": 1_134_649, "num_institutions": 8_740,
                  "num_fields": 59_965, "num_classes": 349, "paper_dim": 128, "author_dim": 0, "field_dim": 0,
-                 "cites_per_paper": 7.7, "authors_per_paper": 10.3, "fields_per_paper": 11,
+                 "cites_per_paper": 7.45, "authors_per_paper": 10.0, "fields_per_paper": 11,
                  "affiliation_frac": 0.92, "train_frac": 0.855, "val_frac": 0.088},
     # IGBH-small (Khatua et al., IGB): paper 1,000,000, author 1,926,066, institute 14,751, fos 190,449;
     # cites 12,070,502, written_by 4,553,516, affiliated_to 1,030,081, topic 8,523,785; 1024-d
