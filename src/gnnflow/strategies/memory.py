@@ -136,6 +136,7 @@ class TypedSizes:
     feature_dims: list[int]  # per vertex type; 0: featureless
     num_rels: int
     inner_per_type: list[list[int]] | None = None  # per part of a typed book
+    target: int | None = None  # the labelled vertex type (ogbn-mag: papers)
 
     def inner_of(self, r: int, inner: int) -> list[int]:
         """Part ``r``'s inner vertices per type (the book's, else ``inner`` split as the graph's)."""
@@ -175,7 +176,9 @@ class GraphSizes:
             offsets = meta.node_type_offsets
             sizes.typed = TypedSizes(num_nodes=[offsets[t + 1] - offsets[t] for t in range(len(meta.node_types))],
                                      feature_dims=[int(dims.get(t, 0)) for t in meta.node_types],
-                                     num_rels=len(meta.edge_types or []))
+                                     num_rels=len(meta.edge_types or []),
+                                     target=(meta.node_types.index(meta.target_node_type)
+                                             if meta.target_node_type in meta.node_types else None))
         if book is not None:
             bmeta = read_book_meta(book)
             if sizes.typed is not None and bmeta.typed:
@@ -390,7 +393,8 @@ class RunSizes:
 def relational_terms(run: RunSizes, r: int, terms: dict[str, int]) -> dict[str, int]:
     """A mini-batch rank's ``terms`` for a relational model on a typed book: the per-type feature
     shards instead of the common-width one, the edge and vertex types (a byte each), the rank's
-    embedding rows with sparse Adam's state; no hot-row cache (not kept for typed rows)."""
+    embedding rows with sparse Adam's state; no hot-row cache (not kept for typed rows);
+    evaluation's logits for the labelled type's vertices only (the last layer computes no others)."""
     typed, cfg = run.sizes.typed, run.cfg
     if typed is None or cfg.model not in RELATIONAL_MODELS:
         return terms
@@ -402,6 +406,12 @@ def relational_terms(run: RunSizes, r: int, terms: dict[str, int]) -> dict[str, 
     rows = sum(n for n, d in zip(inner, typed.feature_dims, strict=True) if not d)
     if rows:
         out["embeddings"] = int(rows * (12 * cfg.hidden + 16))  # rows, two moments; step and owned id
+    labelled = inner[typed.target] if typed.target is not None else part.inner
+    whole = evaluation_bytes(part, cfg, run.classes, cfg.hidden)
+    ev = whole - 4 * (part.inner - labelled) * run.classes
+    out.pop("evaluation", None)
+    if ev > out.get("batch", 0):  # evaluation runs after training's batches are gone
+        out["evaluation"] = int(ev - out.get("batch", 0))
     return out
 
 

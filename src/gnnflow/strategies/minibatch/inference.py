@@ -139,6 +139,16 @@ def _chunk_block(part: Any, rows: np.ndarray, degrees: torch.Tensor | None) -> t
     return block, src_local
 
 
+def _chunks(rows: np.ndarray, step: int) -> list[np.ndarray]:
+    """``rows`` (sorted) cut into contiguous runs of at most ``step`` rows (a chunk's block reads
+    one slice of the CSR)."""
+    breaks = np.flatnonzero(np.diff(rows) != 1) + 1
+    out = []
+    for run in np.split(rows, breaks) if rows.size else []:
+        out += [run[s:s + step] for s in range(0, run.shape[0], step)]
+    return out
+
+
 def _empty_block() -> Block:
     none = torch.zeros(0, dtype=torch.int64)
     return Block(dst_ids=none, src_ids=none, indptr=torch.zeros(1, dtype=torch.int64), indices=none,
@@ -171,7 +181,7 @@ def local_degrees(part: Any, node_part: np.ndarray, inner: torch.Tensor | None =
 def layerwise_inference(net: Any, part: Any, node_part: np.ndarray, device: torch.device,
                         degrees: torch.Tensor | None = None, group: Any = None,
                         layers: int | None = None, chunk_rows: int | None = None,
-                        inputs: Any = None) -> torch.Tensor:
+                        inputs: Any = None, wanted: np.ndarray | None = None) -> torch.Tensor:
     """Logits of ``part``'s inner vertices (see the module docstring).  ``degrees``: the
     ``[num_local, 2]`` whole-graph (in, out)-degrees of the part's local vertices, for GCN.
     ``layers = k``: the outputs of layer ``k`` instead (the first ``k`` layers run; an
@@ -179,7 +189,10 @@ def layerwise_inference(net: Any, part: Any, node_part: np.ndarray, device: torc
     source rows).  ``inputs``: layer 0's rows of the inner vertices (default: the feature
     shard), e.g. a relational model's embedded typed inputs
     (:mod:`gnnflow.strategies.minibatch.relational`); a :class:`ScratchRows` given is closed after
-    layer 0, as a hidden table is.  On a typed book the blocks carry edge and vertex types."""
+    layer 0, as a hidden table is.  On a typed book the blocks carry edge and vertex types.
+    ``wanted``: the inner rows whose outputs are read (sorted; e.g. the labelled vertices):
+    the last layer computes only those, the other rows of the result stay unwritten (and
+    never resident: ogbn-mag's authors need no 349 logits each)."""
     was = net.training
     net.eval()
     n_in = part.num_inner
@@ -198,7 +211,8 @@ def layerwise_inference(net: Any, part: Any, node_part: np.ndarray, device: torc
             out = torch.empty((n_in, *shape)) if last else None
             nxt = None if last else ScratchRows(n_in, int(math.prod(shape)))
             step = chunk_rows or _chunk_rows(n_in, part.num_edges, dim)
-            chunks = [np.arange(s, min(s + step, n_in), dtype=np.int64) for s in range(0, n_in, step)]
+            chunks = _chunks(np.arange(n_in, dtype=np.int64) if wanted is None or not last
+                             else np.asarray(wanted, dtype=np.int64), step)
             store = FeatureStore(part, node_part, local_rows=table, group=group)
             rounds: Any = range(max_over_ranks(len(chunks), group))
             if world()[0] == 0:

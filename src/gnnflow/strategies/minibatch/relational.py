@@ -40,7 +40,7 @@ from gnnflow.results.schema import Recorder
 from gnnflow.sampling.typed import LayerFanout
 from gnnflow.strategies.embedding import JointOptimizer, LocalRows, NodeEmbeddings, RowExchange
 from gnnflow.strategies.memory import RunSizes, relational_terms
-from gnnflow.strategies.minibatch.base import MiniBatchStrategy
+from gnnflow.strategies.minibatch.base import SPLITS, MiniBatchStrategy
 from gnnflow.strategies.minibatch.feature_store import EXCHANGE_BYTES, FeatureStore, RowPlan
 from gnnflow.strategies.minibatch.inference import ScratchRows, layerwise_inference
 from gnnflow.strategies.minibatch.pipeline import MiniBatch, add_stats_delta, stats_totals
@@ -320,5 +320,9 @@ class RelationalMiniBatch(MiniBatchStrategy):
             table = self.typed_input_table()
         finally:
             self.net.train(was)
-        return layerwise_inference(self.net, self.part, self.node_part, self.ctx.device, group=self.part_group,
-                                   inputs=table)
+        # the last layer for the labelled vertices only (mag: papers; not authors' 349 logits each)
+        part = self.part
+        wanted = np.unique(part.global_to_local(np.concatenate(
+            [np.asarray(getattr(part, f"{split}_idx"), dtype=np.int64) for split in SPLITS])))
+        return layerwise_inference(self.net, part, self.node_part, self.ctx.device, group=self.part_group,
+                                   inputs=table, wanted=wanted)
