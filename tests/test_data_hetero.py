@@ -170,3 +170,25 @@ def test_homogenize_cli_on_stores(tmp_path, hetero_store, tiny_store, capsys):
     assert np.array_equal(plain.indices, tiny_store.indices)
     assert np.array_equal(plain.indptr, tiny_store.indptr)
     assert np.array_equal(plain.features, tiny_store.features)
+
+
+def test_size_presets_shape_like_ogbn_mag(tmp_path, capsys):
+    """``--preset ogbn-mag``: ogbn-mag's schema with paper features only (the other types
+    featureless, learnable in the relational models) and 349 classes; flags override the counts."""
+    from gnnflow.data.hetero_synthetic import PRESETS, preset_params
+
+    mag = preset_params("ogbn-mag")
+    assert (mag["num_papers"] + mag["num_authors"] + mag["num_institutions"] + mag["num_fields"]) == 1_939_743
+    assert (mag["paper_dim"], mag["author_dim"], mag["field_dim"], mag["num_classes"]) == (128, 0, 0, 349)
+    assert set(PRESETS) == {"ogbn-mag", "igbh-small"} and preset_params("igbh-small")["paper_dim"] == 1024
+    assert cli(["prepare", "synthetic-hetero", "--preset", "ogbn-mag", "--papers", "2000", "--authors", "3000",
+                "--institutions", "30", "--fields", "200", "--classes", "12", "--out", str(tmp_path / "m")]) == 0
+    capsys.readouterr()
+    s = open_store(tmp_path / "m")
+    assert s.meta.type_feature_dims == {"paper": 128} and s.num_classes == 12
+    assert sorted(k for k in s.extra if k.startswith("features_")) == ["features_paper"]
+    per_type = s.meta.num_edges_per_type
+    writes, cites = per_type["author___writes___paper"], per_type["paper___cites___paper"]
+    assert 8.5 < writes / 2000 < 10.5 and 6 < cites / 2000 < 8  # ogbn-mag's 9.7 and 7.4 per paper
+    assert per_type["author___affiliated_with___institution"] == round(0.92 * 3000)
+    assert s.meta.extra["generator"]["preset"] == "ogbn-mag"

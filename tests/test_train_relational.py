@@ -58,12 +58,18 @@ def test_rgat_and_full_batch_rgcn_train(hetero, one_thread):
 def test_layerwise_evaluation_equals_the_whole_graph_forward(hetero):
     """Chunked layer-wise inference (typed full blocks, per-type rows) computes what the model
     computes on whole-graph blocks: the edge and vertex types reach every chunk."""
+    import numpy as np
+
     from gnnflow.nn import build_model
+    from gnnflow.strategies.relational import make_embeddings
 
     typed = TypedGraph(hetero)
     for model in ("rgcn", "rgat"):
         torch.manual_seed(0)
         net = build_model(model, 0, 8, 4, 2, heads=2, schema=typed.schema).eval()
+        # the featureless type's rows (institutions), every one owned here
+        cfg = TrainConfig(graph=str(hetero.path), model=model, hidden=8)
+        typed.embeddings = make_embeddings(typed.schema, typed.offsets, np.arange(hetero.num_nodes), cfg)
         with torch.no_grad():
             for p in net.parameters():
                 p.normal_(0, 0.3)  # biases too: each relation's reaches its destination type
@@ -90,8 +96,8 @@ def test_relation_names_resolve_against_the_store(hetero):
 def test_relational_settings_refused_in_one_line(hetero, tiny_store, tmp_path, capsys):
     cases = [
         (["--graph", str(tiny_store.path), "--model", "rgcn", "--fanouts", "3,3"], "need a homogenized"),
-        (["--graph", str(hetero.path), "--model", "rgcn", "--strategy", "data", "--workers", "2",
-          "--fanouts", "3,3"], "strategy 'data' does not sample per relation"),
+        (["--graph", str(hetero.path), "--model", "rgcn", "--strategy", "split", "--workers", "2",
+          "--fanouts", "3,3"], "strategy 'split' does not sample per relation"),
         (["--graph", str(hetero.path), "--model", "rgcn", "--self-loops", "--fanouts", "3,3"], "self_loops"),
         (["--graph", str(hetero.path), "--model", "sage", "--fanouts", "cites:3;3"], "names no count for"),
     ]

@@ -89,6 +89,9 @@ class TrainConfig:
                               "(each data-parallel rank takes about batch/P of them)", minimum=1, label="b")
     lr: float = setting(0.003, "Adam learning rate", minimum=0.0, label="lr")
     weight_decay: float = setting(0.0, "Adam weight decay", minimum=0.0, label="wd")
+    sparse_lr: float | None = setting(None, "RGCN/R-GAT: learning rate of the featureless vertex types' "
+                                      "embedding rows (sparse Adam on the rows a batch touched; default: lr)",
+                                      minimum=0.0)
     dropout: float = setting(0.2, "dropout between layers", minimum=0.0, below=1.0, label="do")
     num_bases: int = setting(0, "RGCN: basis matrices the relations' weights combine (Schlichtkrull et al.'s "
                              "basis decomposition); 0: a full weight per relation", minimum=0, label="B")

@@ -102,17 +102,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                    help="draw the training split only from classes 0..K-1 (K communities), like "
                         "ogbn-papers100M's labelled region; default: uniform over all vertices")
 
-    p = sub.add_parser("synthetic-hetero", help="small ogbn-mag-shaped typed graph")
+    p = sub.add_parser("synthetic-hetero", help="ogbn-mag-shaped typed graph (small, or a size preset)")
     _common(p)
-    from gnnflow.data.hetero_synthetic import HETERO_DEFAULTS
+    from gnnflow.data.hetero_synthetic import HETERO_DEFAULTS, PRESETS
 
-    p.add_argument("--papers", "--num-papers", dest="papers", type=int, default=HETERO_DEFAULTS["num_papers"])
-    p.add_argument("--authors", "--num-authors", dest="authors", type=int, default=HETERO_DEFAULTS["num_authors"])
-    p.add_argument("--institutions", "--num-institutions", dest="institutions",
-                   type=int, default=HETERO_DEFAULTS["num_institutions"])
-    p.add_argument("--fields", "--num-fields", dest="fields", type=int, default=HETERO_DEFAULTS["num_fields"])
-    p.add_argument("--classes", "--num-classes", dest="classes", type=int,
-                   default=HETERO_DEFAULTS["num_classes"])
+    p.add_argument("--preset", choices=sorted(PRESETS), default=None,
+                   help="sizes shaped like a public graph: ogbn-mag (1.94M vertices, 21.1M edges, 128-d paper "
+                        "features, the other types featureless, 349 classes) or igbh-small (3.1M vertices, "
+                        "1024-d features on every type); the flags below override it (default: a small graph)")
+    for flag, key, typ in (("--papers", "num_papers", int), ("--authors", "num_authors", int),
+                           ("--institutions", "num_institutions", int), ("--fields", "num_fields", int),
+                           ("--classes", "num_classes", int), ("--paper-dim", "paper_dim", int),
+                           ("--author-dim", "author_dim", int), ("--field-dim", "field_dim", int),
+                           ("--institution-dim", "institution_dim", int),
+                           ("--cites-per-paper", "cites_per_paper", float),
+                           ("--authors-per-paper", "authors_per_paper", float),
+                           ("--fields-per-paper", "fields_per_paper", int),
+                           ("--affiliation-frac", "affiliation_frac", float)):
+        aliases = ["--num-" + flag[2:]] if key.startswith("num_") else []
+        p.add_argument(flag, *aliases, dest=key, type=typ, default=None,
+                       help=f"default {HETERO_DEFAULTS[key]} (0 dims: featureless)" if key.endswith("_dim")
+                       else f"default {HETERO_DEFAULTS[key]}")
     _hetero_options(p)
 
     for name in ("ogb", *_OGB_ALIASES):
@@ -199,13 +209,12 @@ def prepare(args: argparse.Namespace) -> Any:
             train_classes=args.train_classes, **common,
         )
     if src == "synthetic-hetero":
-        from gnnflow.data.hetero_synthetic import prepare_synthetic_hetero
+        from gnnflow.data.hetero_synthetic import HETERO_DEFAULTS, prepare_synthetic_hetero
 
+        sizes = {k: getattr(args, k) for k in HETERO_DEFAULTS if getattr(args, k, None) is not None}
         return prepare_synthetic_hetero(
-            args.out, num_papers=args.papers, num_authors=args.authors,
-            num_institutions=args.institutions, num_fields=args.fields,
-            num_classes=args.classes, seed=args.seed, reverse_edges=args.reverse_edges,
-            feature_fill=args.feature_fill, **common,
+            args.out, preset=args.preset, reverse_edges=args.reverse_edges, feature_fill=args.feature_fill,
+            **{**sizes, "seed": args.seed}, **common,
         )
     if src == "ogb" or src in _OGB_ALIASES:
         from gnnflow.data.ogb import prepare_ogb

@@ -15,7 +15,7 @@ import argparse
 import json
 from typing import Any
 
-from gnnflow.config import MODELS, STRATEGIES, parse_fanouts
+from gnnflow.config import MODELS, RELATIONAL_MODELS, STRATEGIES, parse_fanouts
 from gnnflow.errors import ConfigError
 
 
@@ -27,7 +27,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--fanouts", default=None,
                         help="data/split: comma-separated fanouts, input layer first (default 10,10 for data, "
-                             "4,3 for split; -1 = full neighbourhood)")
+                             "4,3 for split; -1 = full neighbourhood); data with --model rgcn/rgat: per-relation "
+                             "counts too, layers separated by ';', e.g. 'cites:5,writes:3,*:2;cites:3,*:2'")
     parser.add_argument("--planner", default=None,
                         help="dgcl: comma-separated planners to check (default all: spst,p2p,swap,replication)")
     parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"),
@@ -63,8 +64,10 @@ def main(args: argparse.Namespace) -> int:
     kw: dict[str, Any] = {}
     if args.fanouts is not None:
         kw["fanouts"] = parse_fanouts(args.fanouts)
-        if any(isinstance(f, dict) for f in kw["fanouts"]):
-            raise ConfigError("--fanouts: verify runs untyped graphs; per-relation fanouts are not verified yet")
+        if any(isinstance(f, dict) for f in kw["fanouts"]) and (args.strategy != "data"
+                                                                 or args.model not in RELATIONAL_MODELS):
+            raise ConfigError(f"--fanouts: per-relation fanouts are verified for --strategy data with --model "
+                              f"{' or '.join(RELATIONAL_MODELS)} (a typed graph); give one count per layer")
     if args.split_group_size is not None:
         kw["split_group_size"] = args.split_group_size
     if args.planner is not None:

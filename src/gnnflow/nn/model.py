@@ -153,7 +153,7 @@ def build_model(model: str, in_dim: int, hidden: int, out_dim: int, num_layers: 
         if schema is None:
             raise ConfigError(f"model {model}: needs a homogenized heterogeneous graph (its edge and vertex "
                               "types); prepare one with `gnnflow homogenize` or `gnnflow prepare synthetic-hetero`")
-        input_layer = TypedInput(schema.feature_dims, schema.num_nodes, hidden)
+        input_layer = TypedInput(schema.feature_dims, hidden)
         in_dim = hidden
     if num_layers < 1:
         raise ConfigError(f"num_layers: must be >= 1, got {num_layers}")

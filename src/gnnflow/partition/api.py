@@ -21,7 +21,13 @@ from gnnflow.data.meta import store_fingerprint
 from gnnflow.errors import ConfigError, StoreError
 from gnnflow.io import atomic_dir, provenance
 from gnnflow.partition.assignment import Assignment
-from gnnflow.partition.book import PartitionBook, book_checksums, scan_book, write_parts
+from gnnflow.partition.book import (
+    PartitionBook,
+    book_checksums,
+    scan_book,
+    typed_layout,
+    write_parts,
+)
 from gnnflow.partition.meta import BookMeta, write_book_meta
 
 # method -> "module:function"
@@ -141,6 +147,9 @@ def partition_graph(store: Any, method: str, num_parts: int, out: str | os.PathL
             "levels": None if levels is None else list(levels),  # null, not absent, as books always had
             **_jsonable(result.meta),  # what the method records of its own
         })
+        typed = typed_layout(store)
+        if typed is not None:
+            meta.typed = typed.book_meta(stats)
         meta.provenance = provenance()
         # identifies the store's content: `gnnflow train` refuses a book made from another graph
         meta.graph_fingerprint = store.meta.fingerprint or store_fingerprint(store.meta)

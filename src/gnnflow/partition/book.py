@@ -20,6 +20,13 @@ vertices "solid" and the others "halo")::
         labels.npy             int64 [n_inner]
         train_idx.npy, val_idx.npy, test_idx.npy   GLOBAL ids of inner vertices per split
         halo_ids_hop<k>.npy    (k >= 2, on request) vertices first reached at hop k
+      of a homogenized heterogeneous store (a typed book, DistDGLv2 §4.1.1, §4.1.4), also:
+        edge_type.npy          int8/16/32 [local edges] each CSR entry's relation; a row's entries
+                               stay grouped by relation in relation order, as the store's
+        node_type.npy          int8/16/32 [inner + halo] the vertex type of each local vertex
+        features_<ntype>.npy   float32 [inner vertices of ntype, its own dim] their features
+                               (inner_ids order), one file per featured type; featureless types
+                               have none (their learnable rows are the trainer's)
 
 :meth:`PartitionBook.load_part` reads only part ``i``'s files, so a rank never
 touches another part's data.
@@ -41,6 +48,8 @@ from gnnflow.io import release_pages  # noqa: F401  (re-exported: partition modu
 from gnnflow.partition.meta import BookMeta, read_book_meta
 
 PART_ARRAYS = ("inner_ids", "halo_ids", "indptr", "indices", "labels", "train_idx", "val_idx", "test_idx")
+#: a typed book's per-part arrays (read whole: a byte or two per edge and vertex)
+TYPED_ARRAYS = ("edge_type", "node_type")
 
 
 def _load(path: Path, mmap: bool = False) -> np.ndarray:
@@ -65,6 +74,11 @@ class Part:
     val_idx: np.ndarray
     test_idx: np.ndarray
     path: Path | None = None
+    #: a typed book: each local CSR entry's relation, each local vertex's type, and per featured
+    #: type (by name) the feature rows of its inner vertices (None / empty otherwise)
+    edge_types: np.ndarray | None = None
+    node_types: np.ndarray | None = None
+    type_features: dict[str, np.ndarray] = field(default_factory=dict)
     local_to_global: np.ndarray = field(init=False)
 
     def __post_init__(self) -> None:
@@ -229,6 +243,9 @@ class PartitionBook:
         arrays = {name: _load(d / f"{name}.npy") for name in PART_ARRAYS}
         feat_file = d / "features.npy"
         features = _load(feat_file, mmap=mmap_features) if feat_file.exists() else None
+        typed = {f"{name}s": _load(d / f"{name}.npy") for name in TYPED_ARRAYS if (d / f"{name}.npy").exists()}
+        type_features = {f.stem.removeprefix("features_"): _load(f, mmap=mmap_features)
+                         for f in sorted(d.glob("features_*.npy"))}
         if verify:
             from gnnflow.data.store import SMALL_FILE, checksum_problems
 
@@ -241,7 +258,7 @@ class PartitionBook:
             raise StoreError(f"{d / 'indptr.npy'}: {arrays['indptr'].shape[0]} entries for {n_inner} inner vertices")
         if features is not None and features.shape[0] != n_inner:
             raise StoreError(f"{feat_file}: {features.shape[0]} rows for {n_inner} inner vertices")
-        return Part(part_id=i, features=features, path=d, **arrays)
+        return Part(part_id=i, features=features, path=d, type_features=type_features, **typed, **arrays)
 
     def check_part_files(self) -> None:
         """Every array file of every part this copy holds: present, its header readable and its
@@ -251,7 +268,9 @@ class PartitionBook:
 
         for i in self.staged_parts or range(self.num_parts):
             d = self.part_dir(i)
-            names = [*PART_ARRAYS, *(["features"] if (d / "features.npy").exists() else [])]
+            names = [*PART_ARRAYS, *(["features"] if (d / "features.npy").exists() else []),
+                     *(n for n in TYPED_ARRAYS if (d / f"{n}.npy").exists()),
+                     *(f.stem for f in sorted(d.glob("features_*.npy")))]
             for name in names:
                 check_npy(d / f"{name}.npy", "partition book", "gnnflow partition")
 
@@ -292,15 +311,17 @@ def local_index_dtype(num_local: int) -> np.dtype:
 
 
 def write_parts(tmp: Path, store: Any, node_part: np.ndarray, num_parts: int,
-                halo_hops: int = 1, features: bool = True) -> list[dict[str, int]]:
+                halo_hops: int = 1, features: bool = True) -> list[dict[str, Any]]:
     """Write ``part<i>/`` directories for ``node_part`` into ``tmp``; return per-part counts.
 
-    ``store`` is a :class:`gnnflow.data.store.GraphStore`.
+    ``store`` is a :class:`gnnflow.data.store.GraphStore`; a homogenized one gives a typed book
+    (edge and vertex types, per-type feature shards; the module docstring).
     """
     from gnnflow.io import progress
 
     n = store.num_nodes
     indptr, indices = store.indptr, store.indices
+    typed = typed_layout(store)
     local_map = np.full(n, -1, dtype=np.int64)
     splits = {name: np.asarray(getattr(store, name), dtype=np.int64) for name in ("train_idx", "val_idx", "test_idx")}
     split_part = {name: node_part[ids] for name, ids in splits.items()}
@@ -319,6 +340,8 @@ def write_parts(tmp: Path, store: Any, node_part: np.ndarray, num_parts: int,
         local = local_map[nbrs]
         local_map[inner] = -1
         local_map[halo] = -1
+        if typed is not None:
+            local = _write_typed(d, store, typed, inner, halo, sub_indptr, local)
         np.save(d / "inner_ids.npy", inner)
         np.save(d / "halo_ids.npy", halo)
         np.save(d / "indptr.npy", sub_indptr)
@@ -337,7 +360,65 @@ def write_parts(tmp: Path, store: Any, node_part: np.ndarray, num_parts: int,
         release_pages(indptr, indices, store.features, store.labels)
         stats.append({"inner": int(inner.shape[0]), "halo": int(halo.shape[0]),
                       "edges": int(sub_indptr[-1])})
+        if typed is not None:
+            stats[-1]["inner_per_type"] = np.diff(np.searchsorted(inner, typed.offsets)).tolist()
     return stats
+
+
+@dataclass
+class TypedLayout:
+    """What a typed book takes from a homogenized store's meta: vertex type names and ranges, the
+    relation count, and the featured types with their widths."""
+
+    node_types: list[str]
+    offsets: np.ndarray
+    num_rels: int
+    feature_dims: dict[str, int]
+
+    def book_meta(self, stats: list[dict[str, Any]]) -> dict[str, Any]:
+        """The book's ``typed`` record: per part, inner vertices per type (memory estimates)."""
+        return {"node_types": self.node_types, "num_rels": self.num_rels, "type_features": self.feature_dims,
+                "inner_per_type": [s["inner_per_type"] for s in stats]}
+
+
+def typed_layout(store: Any) -> TypedLayout | None:
+    """The typed layout of a homogenized store (None: an untyped store, an untyped book)."""
+    meta = store.meta
+    if "edge_type" not in store.extra or not meta.node_types or meta.node_type_offsets is None:
+        return None
+    dims = {t: int(store.extra[f"features_{t}"].shape[1]) for t in meta.node_types
+            if f"features_{t}" in store.extra}
+    return TypedLayout(list(meta.node_types), np.asarray(meta.node_type_offsets, dtype=np.int64),
+                       len(meta.edge_types or []), dims)
+
+
+def small_int_dtype(bound: int) -> np.dtype:
+    """The narrowest signed integer type that holds ``0 .. bound - 1``."""
+    for dt in (np.int8, np.int16, np.int32):
+        if bound <= np.iinfo(dt).max + 1:
+            return np.dtype(dt)
+    return np.dtype(np.int64)
+
+
+def _write_typed(d: Path, store: Any, typed: TypedLayout, inner: np.ndarray, halo: np.ndarray,
+                 sub_indptr: np.ndarray, local: np.ndarray) -> np.ndarray:
+    """A typed part's ``edge_type``, ``node_type`` and ``features_<ntype>`` files; returns the
+    local indices, reordered if the store's rows were not grouped by relation (they are when
+    homogenize wrote them: then the very array given)."""
+    from gnnflow.sampling.typed import sort_rows_by_type
+
+    _, etypes = gather_rows(store.indptr, store.extra["edge_type"], inner)
+    local, etypes = sort_rows_by_type(sub_indptr, local, etypes)
+    np.save(d / "edge_type.npy", etypes.astype(small_int_dtype(max(1, typed.num_rels)), copy=False))
+    ids = np.concatenate([inner, halo])
+    types = np.searchsorted(typed.offsets, ids, side="right") - 1
+    np.save(d / "node_type.npy", types.astype(small_int_dtype(len(typed.node_types)), copy=False))
+    for t, name in enumerate(typed.node_types):
+        if name in typed.feature_dims:
+            lo, hi = np.searchsorted(inner, typed.offsets[t:t + 2])
+            _write_rows(d / f"features_{name}.npy", store.extra[f"features_{name}"],
+                        inner[lo:hi] - typed.offsets[t])
+    return local
 
 
 def _write_rows(path: Path, src: np.ndarray, rows: np.ndarray, chunk_bytes: int = 4 << 20) -> None:
@@ -356,6 +437,31 @@ def _write_rows(path: Path, src: np.ndarray, rows: np.ndarray, chunk_bytes: int 
             block = np.ascontiguousarray(src[rows[s:s + chunk]], dtype=np.float32)
             f.write(block.data)
             release_pages(src)
+
+
+def _typed_problems(d: Path, part: Part, typed: dict[str, Any] | None) -> list[str]:
+    """A typed part's arrays against the book's ``typed`` record (one line per problem)."""
+    if typed is None:
+        return []
+    from gnnflow.sampling.typed import sort_rows_by_type
+
+    num_rels, names = int(typed["num_rels"]), list(typed["node_types"])
+    et, nt = part.edge_types, part.node_types
+    out = []
+    if et is None or et.shape != (part.num_edges,) or (et.size and (int(et.min()) < 0 or int(et.max()) >= num_rels)):
+        out.append(f"{d / 'edge_type.npy'}: missing, or not a relation in [0, {num_rels}) per local edge")
+    elif sort_rows_by_type(part.indptr, part.indices, et)[1] is not et:
+        out.append(f"{d / 'edge_type.npy'}: a row's entries are not grouped by relation")
+    if nt is None or nt.shape != (part.num_local,) or (nt.size and (int(nt.min()) < 0 or int(nt.max()) >= len(names))):
+        out.append(f"{d / 'node_type.npy'}: missing, or not a vertex type in [0, {len(names)}) per local vertex")
+        return out
+    for name, dim in typed["type_features"].items():
+        rows = part.type_features.get(name)
+        want = (int((np.asarray(nt[: part.num_inner]) == names.index(name)).sum()), int(dim))
+        if rows is None or tuple(rows.shape) != want:
+            out.append(f"{d / f'features_{name}.npy'}: missing, or not {want[0]} rows of {want[1]} features "
+                       f"(the part's inner vertices of type {name})")
+    return out
 
 
 def book_checksums(root: Path) -> dict[str, str]:
@@ -420,6 +526,7 @@ def scan_book(path: str | os.PathLike[str], *, checksums: bool = True,
                 break
         if part.labels.shape != (part.num_inner,):
             problems.append(f"{d / 'labels.npy'}: {part.labels.shape} for {part.num_inner} inner vertices")
+        problems += _typed_problems(d, part, book.meta.typed)
         for split in ("train_idx", "val_idx", "test_idx"):
             ids = np.asarray(getattr(part, split))
             if ids.size and not part.is_inner(ids).all():

@@ -43,6 +43,9 @@ class BookMeta(MetaFile):
     quality: dict[str, Any] | None = None
     idx_bits: int | None = None  # width of the parts' local indices
     halo_hops: int | None = None
+    #: a typed book (a homogenized store): vertex types, relation count, featured types with their
+    #: widths, and per part its inner vertices per type (:class:`gnnflow.partition.book.TypedLayout`)
+    typed: dict[str, Any] | None = None
     constraints: list[str] | None = None
     checksums: dict[str, str] | None = None
     validated: bool | None = None

@@ -113,6 +113,9 @@ class Strategy(ABC):
         self.ctx = ctx
         self.model: torch.nn.Module | None = None
         self.optimizer: torch.optim.Optimizer | None = None
+        #: learnable rows outside the model (featureless vertex types' embeddings,
+        #: :class:`~gnnflow.strategies.embedding.NodeEmbeddings`: this process's rows), or None
+        self.embeddings: Any = None
         #: the driver's hook after every mini-batch (mid-epoch checkpoints), or None
         self.on_batch: Any = None
         #: where the next run_epoch starts: (first mini-batch, the losses of those before it)
@@ -154,12 +157,17 @@ class Strategy(ABC):
     def state_dict(self) -> dict[str, Any]:
         """What a checkpoint holds; loadable with ``torch.load(weights_only=True)``."""
         assert self.model is not None and self.optimizer is not None
-        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict()}
+        state = {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict()}
+        if self.embeddings is not None:
+            state["embeddings"] = self.embeddings.state_dict()
+        return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         assert self.model is not None and self.optimizer is not None
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
+        if self.embeddings is not None:
+            self.embeddings.load_state_dict(state["embeddings"])
 
 
 def strategy_class(name: str) -> type[Strategy]:

@@ -53,6 +53,14 @@ the feature dimension, ``H`` the hidden width, ``L`` layers, ``P`` ranks):
   ``DGCL_DST`` per output ``n_inner x d_out`` of every layer (a narrowing GCN
   layer gathers ``d_out``-wide projected rows); DGCL's rank 0
   also gathers every part's halo ids to plan (``16 sum(n_halo)``);
+* **relational models** (RGCN, R-GAT on a typed book): the shard's features are
+  the per-type shards (``4 d_t`` per inner vertex of a featured type ``t``), the
+  edge and vertex types a byte each; the rank's embedding rows (its featureless
+  inner vertices) with sparse Adam's two moments and step, ``12 H + 8`` bytes
+  per row; the model's input projections and per-relation weights; a batch's
+  typed input rows at their own widths, the embedded layer-0 rows and their
+  gradient, and per layer ``REL_PAIRS`` relation-major rows per destination
+  (RGCN's per-(destination, relation) means and their transforms);
 * **DistDGL peer**: one DGL server per part holding its partition (the inner
   and halo structure in int64 and the features, shared memory) and one sampler
   process per trainer (``BASE_DGL`` + sampled blocks); the trainer's evaluation
@@ -84,7 +92,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from gnnflow.partition.meta import BookMeta
 
-from gnnflow.config import HEADED_MODELS, fanout_total
+from gnnflow.config import HEADED_MODELS, RELATIONAL_MODELS, fanout_total
 
 MIB = 1 << 20
 BASE = 290 * MIB  # one rank: interpreter, torch, numpy, gnnflow, gloo (measured on a tiny graph)
@@ -108,6 +116,9 @@ DGL_EVAL_BATCH = 4096  # destinations per batch of the DistDGL peer's layer-wise
 SPLIT_SHARE = 1.25  # split: a rank's share of a level is about 1.25 / P of it (vertices near a cut)
 #: DistGNN-MB §4.4: cs = 1M lines per layer for OGBN-Products (2,449,029 vertices)
 HEC_CS_PER_VERTEX = 1_000_000 / 2_449_029
+#: relational layers: (destination, relation) rows with edges per destination, each ``d_in + d_out``
+#: floats kept forward and backward (RGCN's relation-major means and messages)
+REL_PAIRS = 3.0
 
 
 @dataclass
@@ -115,6 +126,24 @@ class PartSizes:
     inner: int
     halo: int
     edges: int  # local CSR entries (in-edges of the inner vertices)
+
+
+@dataclass
+class TypedSizes:
+    """A homogenized store's types as the estimate reads them (store and book meta)."""
+
+    num_nodes: list[int]  # per vertex type
+    feature_dims: list[int]  # per vertex type; 0: featureless
+    num_rels: int
+    inner_per_type: list[list[int]] | None = None  # per part of a typed book
+    target: int | None = None  # the labelled vertex type (ogbn-mag: papers)
+
+    def inner_of(self, r: int, inner: int) -> list[int]:
+        """Part ``r``'s inner vertices per type (the book's, else ``inner`` split as the graph's)."""
+        if self.inner_per_type is not None and r < len(self.inner_per_type):
+            return [int(x) for x in self.inner_per_type[r]]
+        total = max(1, sum(self.num_nodes))
+        return [int(inner * n / total) for n in self.num_nodes]
 
 
 @dataclass
@@ -130,6 +159,7 @@ class GraphSizes:
     store_idx_bytes: int = 8  # the store's CSR indices
     num_train: int = 0
     cut_fraction: float = 0.0  # edges between parts / all edges (the book's quality)
+    typed: TypedSizes | None = None  # a homogenized store's types
 
     @classmethod
     def read(cls, graph: str | os.PathLike[str], book: str | os.PathLike[str] | None = None) -> GraphSizes:
@@ -141,8 +171,18 @@ class GraphSizes:
                     feature_dim=meta.feature_dim or 0, num_classes=meta.num_classes or 2)
         sizes.store_idx_bytes = _store_idx_bytes(Path(graph), sizes.num_edges)
         sizes.num_train = int(meta.num_train or 0.1 * sizes.num_nodes)
+        if meta.node_types and meta.node_type_offsets:
+            dims = meta.type_feature_dims or {}
+            offsets = meta.node_type_offsets
+            sizes.typed = TypedSizes(num_nodes=[offsets[t + 1] - offsets[t] for t in range(len(meta.node_types))],
+                                     feature_dims=[int(dims.get(t, 0)) for t in meta.node_types],
+                                     num_rels=len(meta.edge_types or []),
+                                     target=(meta.node_types.index(meta.target_node_type)
+                                             if meta.target_node_type in meta.node_types else None))
         if book is not None:
             bmeta = read_book_meta(book)
+            if sizes.typed is not None and bmeta.typed:
+                sizes.typed.inner_per_type = bmeta.typed.get("inner_per_type")
             sizes.idx_bytes = (bmeta.idx_bits or 64) // 8
             sizes.parts = _book_parts(bmeta, sizes.num_nodes, sizes.num_edges)
             sizes.cut_fraction = float((bmeta.quality or {}).get("edge_cut_pct", 0.0)) / 100.0
@@ -255,6 +295,20 @@ def model_bytes(cfg: Any, in_dim: int, classes: int) -> int:
     return 16 * weights
 
 
+def relational_model_bytes(cfg: Any, typed: TypedSizes, classes: int) -> int:
+    """RGCN / R-GAT: the input projections of the featured types and every layer's relation
+    weights (RGCN: ``B`` bases or one per relation, the self-loop weight; R-GAT: a GAT per
+    relation), with gradients and Adam's moments (16 bytes a weight)."""
+    h, rels = cfg.hidden, typed.num_rels
+    weights = sum(d * h + h for d in typed.feature_dims if d)
+    for d_in, d_out in layer_dims(cfg, h, classes):
+        if cfg.model == "rgcn":
+            weights += (cfg.num_bases or rels) * d_in * d_out + rels * cfg.num_bases + d_in * d_out + d_out
+        else:
+            weights += rels * (d_in * d_out + 3 * d_out)
+    return 16 * weights
+
+
 def activation_bytes(levels: list[float], dims: list[tuple[int, int]], model: str) -> float:
     """Bytes one batch's forward and backward keep (see the module docstring): per layer
     ``ACT_DST`` floats per destination and ``d_in + d_out``, and where a layer projects its
@@ -310,16 +364,55 @@ class RunSizes:
     def of(cls, cfg: Any, sizes: GraphSizes, distributed: bool) -> RunSizes:
         workers = max(1, int(cfg.workers)) if distributed else 1
         parts = sizes.parts if len(sizes.parts) == workers else sizes.even_parts(workers)
-        f_dim = max(1, sizes.feature_dim)
-        dims = layer_dims(cfg, f_dim, sizes.num_classes)
         levels = sampled_layers(cfg.batch_size / workers, list(cfg.fanouts), sizes.num_nodes, sizes.num_edges)
-        return cls(cfg=cfg, sizes=sizes, workers=workers, parts=parts, f_dim=f_dim, dims=dims,
-                   model=model_bytes(cfg, f_dim, sizes.num_classes), levels=levels,
-                   batch_rows=4.0 * levels[0] * f_dim, acts=activation_bytes(levels, dims, cfg.model))
+        typed = sizes.typed if cfg.model in RELATIONAL_MODELS else None
+        if typed is None:
+            f_dim = max(1, sizes.feature_dim)
+            dims = layer_dims(cfg, f_dim, sizes.num_classes)
+            return cls(cfg=cfg, sizes=sizes, workers=workers, parts=parts, f_dim=f_dim, dims=dims,
+                       model=model_bytes(cfg, f_dim, sizes.num_classes), levels=levels,
+                       batch_rows=4.0 * levels[0] * f_dim, acts=activation_bytes(levels, dims, cfg.model))
+        # a relational model: layer 0 reads the typed inputs embedded at the hidden width; a batch's
+        # rows come at their types' widths (embedding rows: hidden, with their gradient)
+        h = cfg.hidden
+        dims = layer_dims(cfg, h, sizes.num_classes)
+        total = max(1, sum(typed.num_nodes))
+        width = sum(n * (d or 2 * h) for n, d in zip(typed.num_nodes, typed.feature_dims, strict=True)) / total
+        acts = activation_bytes(levels, dims, cfg.model) + 4.0 * levels[0] * 2 * h
+        acts += 4.0 * REL_PAIRS * 2 * sum(n_dst * (d_in + d_out) for (d_in, d_out), n_dst in
+                                          zip(dims, levels[1:], strict=True))
+        return cls(cfg=cfg, sizes=sizes, workers=workers, parts=parts, f_dim=h, dims=dims,
+                   model=relational_model_bytes(cfg, typed, sizes.num_classes), levels=levels,
+                   batch_rows=4.0 * levels[0] * width, acts=acts)
 
     @property
     def classes(self) -> int:
         return self.sizes.num_classes
+
+
+def relational_terms(run: RunSizes, r: int, terms: dict[str, int]) -> dict[str, int]:
+    """A mini-batch rank's ``terms`` for a relational model on a typed book: the per-type feature
+    shards instead of the common-width one, the edge and vertex types (a byte each), the rank's
+    embedding rows with sparse Adam's state; no hot-row cache (not kept for typed rows);
+    evaluation's logits for the labelled type's vertices only (the last layer computes no others)."""
+    typed, cfg = run.sizes.typed, run.cfg
+    if typed is None or cfg.model not in RELATIONAL_MODELS:
+        return terms
+    part = run.parts[r]
+    inner = typed.inner_of(r, part.inner)
+    out = {k: v for k, v in terms.items() if k != "feature_cache"}
+    out["shard_features"] = int(sum(4 * n * d for n, d in zip(inner, typed.feature_dims, strict=True)))
+    out["shard_types"] = int(part.edges + part.inner + part.halo)
+    rows = sum(n for n, d in zip(inner, typed.feature_dims, strict=True) if not d)
+    if rows:
+        out["embeddings"] = int(rows * (12 * cfg.hidden + 16))  # rows, two moments; step and owned id
+    labelled = inner[typed.target] if typed.target is not None else part.inner
+    whole = evaluation_bytes(part, cfg, run.classes, cfg.hidden)
+    ev = whole - 4 * (part.inner - labelled) * run.classes
+    out.pop("evaluation", None)
+    if ev > out.get("batch", 0):  # evaluation runs after training's batches are gone
+        out["evaluation"] = int(ev - out.get("batch", 0))
+    return out
 
 
 def pipeline_bytes(batch_rows: float, options: Any) -> float:

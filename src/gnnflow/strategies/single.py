@@ -12,7 +12,10 @@ over all training vertices.  Evaluation is exact full-neighbourhood inference
 On a homogenized heterogeneous store (DistDGLv2 §4.1.1, §4.1.4) a relational run
 (``--model rgcn|rgat``, or per-relation fanouts) samples per relation (the typed
 sampler, blocks carrying edge types) and a relational model reads each vertex
-type's own features (:class:`~gnnflow.strategies.relational.TypedGraph`).
+type's own features (:class:`~gnnflow.strategies.relational.TypedGraph`); the
+featureless types' embedding rows are updated by the sparse optimizer every
+distributed strategy uses (:mod:`gnnflow.strategies.embedding`), on the rows a
+batch touched.
 
 With ``sampling=device`` (``auto`` on a CUDA run) the sampler is the tensor sampler on the
 rank's device (:class:`~gnnflow.sampling.tensor_sampler.TensorNeighborSampler`: the same blocks),
@@ -58,8 +61,9 @@ from gnnflow.strategies.common import (
 )
 from gnnflow.strategies.device_cache import DeviceFeatureCache, record_hit_rate
 from gnnflow.strategies.device_path import DevicePathOptions, device_cache_mib, sampling_device
+from gnnflow.strategies.embedding import JointOptimizer
 from gnnflow.strategies.memory import BASE, CHUNK, EVAL_CHUNKS, RunSizes
-from gnnflow.strategies.relational import TypedGraph
+from gnnflow.strategies.relational import TypedGraph, make_embeddings
 
 
 @dataclass(frozen=True)
@@ -117,6 +121,11 @@ class SingleProcess(Strategy):
         self.model = build_model_from_config(cfg, store.feature_dim, store.num_classes,
                                              schema=typed.schema if typed else None).to(self.ctx.device)
         self.optimizer = make_optimizer(self.model, cfg)
+        if typed is not None:  # a row per featureless vertex, all of them owned here
+            self.embeddings = typed.embeddings = make_embeddings(
+                typed.schema, typed.offsets, np.arange(store.num_nodes, dtype=np.int64), cfg)
+            if self.embeddings is not None:
+                self.optimizer = JointOptimizer(self.optimizer, self.embeddings)  # type: ignore[assignment]
         self.labels = torch.from_numpy(np.array(store.labels, dtype=np.int64))
         self.train_ids = torch.from_numpy(np.array(store.train_idx, dtype=np.int64))
         if self.full_batch:
@@ -126,7 +135,8 @@ class SingleProcess(Strategy):
                 indices, etypes = sort_rows_by_type(graph.indptr, graph.indices, np.asarray(typed.etypes))
                 full = full_blocks(graph.indptr, indices, 1, etypes, typed.vertex_types())
             self.full = [b.to(self.ctx.device) for b in full] * cfg.num_layers
-            self.features = self.input_rows(torch.arange(store.num_nodes)).to(self.ctx.device)
+            # the features once; the embedding rows (learnable) are attached at every step
+            self.features = self.input_rows(torch.arange(store.num_nodes), embeddings=False).to(self.ctx.device)
         else:
             fanouts = cfg.fanouts or [-1] * cfg.num_layers
             if typed is not None and self.options.sampling == "device":
@@ -187,15 +197,18 @@ class SingleProcess(Strategy):
         record_hit_rate(rec, self.device_cache)
         return total / max(count, 1)
 
-    def input_rows(self, ids: torch.Tensor, rec: Recorder | None = None) -> torch.Tensor | TypedRows:
-        """The model's input rows of vertices ``ids``: per-type rows for a relational model, else
-        rows of the store's (common-width) features, from the device cache where it holds them,
-        the rest (all of them without a cache) read from the store (``features_loaded`` on ``rec``)."""
+    def input_rows(self, ids: torch.Tensor, rec: Recorder | None = None,
+                   embeddings: bool = True) -> torch.Tensor | TypedRows:
+        """The model's input rows of vertices ``ids`` in a training step: per-type rows for a
+        relational model (with the featureless types' embedding rows as the step's leaf, unless
+        ``embeddings`` is false), else rows of the store's (common-width) features, from the device
+        cache where it holds them, the rest (all of them without a cache) read from the store
+        (``features_loaded`` on ``rec``)."""
         assert self.store is not None
         if self.typed is not None and self.cfg.model in RELATIONAL_MODELS:
             if rec is not None:
                 rec.count("features_loaded", int(ids.shape[0]))
-            return self.typed.rows(ids.cpu())
+            return self.typed.rows(ids.cpu(), embeddings=embeddings, learn=True)
         assert self.store.features is not None
         features = self.store.features
 
@@ -212,7 +225,11 @@ class SingleProcess(Strategy):
         assert self.full is not None and self.features is not None
         train = self.train_ids.to(self.ctx.device)
         rec.count("sampled_edges", sum(b.num_edges for b in self.full))
-        loss = self._step(self.full, self.features, self.labels.to(self.ctx.device)[train], rec, rows=train)
+        x = self.features
+        if self.embeddings is not None:
+            assert isinstance(x, TypedRows)
+            x = self.embeddings.attach(x)
+        loss = self._step(self.full, x, self.labels.to(self.ctx.device)[train], rec, rows=train)
         rec.count("iterations")
         self.batch_done(epoch, 0, rec, [loss])
         return loss

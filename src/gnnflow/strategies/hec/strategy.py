@@ -48,6 +48,13 @@ paper samples synchronously, §3.3), ``trace`` (false: with a run directory, app
 iteration's per-layer figures to ``hec_trace_rank<r>.jsonl``; they are always kept in
 ``iteration_log``).
 
+Relational models (RGCN, R-GAT) on a typed book: the local sampler draws per relation
+(blocks carry their relations and vertex types, also after halo misses are dropped); a
+solid vertex's layer-0 input is the model's input layer on its typed row (its own type's
+features, or its own embedding row: solid vertices are the rank's, so no embedding row is
+ever remote and the sparse optimizer updates them locally), and the layer-0 cache holds
+those embedded typed inputs of halo vertices, pushed by their owners like any layer's.
+
 Records per epoch and rank: the Fig. 3-4 breakdown ``x_mbc_s``, ``x_fwd_s``,
 ``x_bwd_s``, ``x_ared_s``; per layer ``x_hec_hit_rate_l{l}``,
 ``x_hec_stored_l{l}``, ``x_hec_purged_l{l}``, ``x_hec_evicted_l{l}``,
@@ -71,17 +78,19 @@ import torch.nn.functional as F
 
 from gnnflow.comm.collectives import world
 from gnnflow.errors import ConfigError
+from gnnflow.nn.typed_input import TypedRows
 from gnnflow.options import option
 from gnnflow.results.schema import Recorder
 from gnnflow.runtime.context import RankContext
-from gnnflow.sampling import Block, NeighborSampler
+from gnnflow.sampling import Block, NeighborSampler, TypedNeighborSampler
 from gnnflow.strategies.common import drop_rows_after_epoch
+from gnnflow.strategies.embedding import LocalRows, NodeEmbeddings, RowExchange
 from gnnflow.strategies.hec.cache import EmbeddingCache
 from gnnflow.strategies.hec.push import EmbeddingPush, build_db_halo, exchange_halo_ids
 from gnnflow.strategies.memory import RunSizes, activation_bytes, hec_cache_lines, pipeline_bytes
-from gnnflow.strategies.minibatch.base import MiniBatchStrategy
 from gnnflow.strategies.minibatch.options import MiniBatchOptions
 from gnnflow.strategies.minibatch.pipeline import MiniBatch
+from gnnflow.strategies.minibatch.relational import RelationalMiniBatch
 
 
 @dataclass(frozen=True)
@@ -122,7 +131,9 @@ def drop_sources(block: Block, keep: torch.Tensor) -> Block:
     torch.cumsum(counts, 0, out=indptr[1:])
     return Block(dst_ids=block.dst_ids, src_ids=block.src_ids[keep], indptr=indptr,
                  indices=new_pos[block.indices[edge_keep]],
-                 src_deg=block.src_deg[keep] if block.src_deg is not None else None, dst_deg=block.dst_deg)
+                 src_deg=block.src_deg[keep] if block.src_deg is not None else None, dst_deg=block.dst_deg,
+                 etypes=block.etypes[edge_keep] if block.etypes is not None else None,
+                 src_types=block.src_types[keep] if block.src_types is not None else None)
 
 
 class LocalHaloSampler:
@@ -135,12 +146,18 @@ class LocalHaloSampler:
     """
 
     def __init__(self, indptr: np.ndarray, indices: np.ndarray, num_inner: int, num_halo: int,
-                 fanouts: list[int], seed: int, local_to_global: np.ndarray) -> None:
+                 fanouts: list[Any], seed: int, local_to_global: np.ndarray, typed: Any = None,
+                 etypes: np.ndarray | None = None) -> None:
         indptr = np.asarray(indptr, dtype=np.int64)
         # halo rows have no in-edges locally: degree 0
         ext = np.concatenate([indptr, np.full(num_halo, indptr[-1], dtype=np.int64)])
-        self.sampler = NeighborSampler(ext, np.asarray(indices), fanouts, seed,
-                                       vertex_ids=local_to_global)
+        self.sampler: NeighborSampler | TypedNeighborSampler
+        if typed is None:
+            self.sampler = NeighborSampler(ext, np.asarray(indices), fanouts, seed, vertex_ids=local_to_global)
+        else:  # per relation (``typed``: a TypedSampling; ``etypes``: the part's edge types)
+            self.sampler = TypedNeighborSampler(ext, np.asarray(indices), etypes, fanouts, typed.num_rels, seed,
+                                                vertex_ids=local_to_global,
+                                                node_type_offsets=typed.node_type_offsets)
         self.fanouts = list(fanouts)
         self.num_inner = int(num_inner)
 
@@ -171,10 +188,11 @@ def _solid_first(block: Block, is_halo: torch.Tensor) -> Block:
     inv = torch.empty_like(perm)
     inv[perm] = torch.arange(perm.numel())
     return Block(dst_ids=block.dst_ids, src_ids=block.src_ids[perm], indptr=block.indptr,
-                 indices=inv[block.indices])
+                 indices=inv[block.indices], etypes=block.etypes,
+                 src_types=block.src_types[perm] if block.src_types is not None else None)
 
 
-class HistoricalEmbeddingCache(MiniBatchStrategy):
+class HistoricalEmbeddingCache(RelationalMiniBatch):
     """DistGNN-MB training (see module docstring)."""
 
     name = "hec"
@@ -219,7 +237,8 @@ class HistoricalEmbeddingCache(MiniBatchStrategy):
         halo = torch.from_numpy(np.asarray(part.halo_ids, dtype=np.int64))
         inner = torch.from_numpy(np.asarray(part.inner_ids, dtype=np.int64))
         db_halo = build_db_halo(inner, exchange_halo_ids(halo))  # Algorithm 1
-        dims = [self.in_dim] + [self._layer_in_dim(i) for i in range(1, self.cfg.num_layers)]
+        # a relational model's layer 0 reads (and caches) the typed inputs embedded at the hidden width
+        dims = [self.input_width] + [self._layer_in_dim(i) for i in range(1, self.cfg.num_layers)]
         self.cs = hec_cache_lines(num_nodes, int(halo.numel()), dims, self.options)
         self.caches = [EmbeddingCache(self.cs, self.ls, dim, halo) for dim in dims]
         degree = torch.from_numpy(np.diff(np.asarray(part.indptr, dtype=np.int64)).astype(np.float32))
@@ -227,13 +246,19 @@ class HistoricalEmbeddingCache(MiniBatchStrategy):
                                  max_per_rank=self.nc, seed=self.cfg.seed)
         self.db_halo_sizes = [int(d.numel()) for d in db_halo]
 
+    @property
+    def input_width(self) -> int:
+        """Width of layer 0's input rows: the features, or a relational model's embedded typed inputs."""
+        return int(self.cfg.hidden) if self.relational_model else self.in_dim
+
     def _layer_in_dim(self, layer: int) -> int:
         """Width of layer ``layer``'s input: the previous layer's output."""
         assert self.net is not None
         with torch.no_grad():
-            probe = Block(dst_ids=torch.zeros(1, dtype=torch.int64), src_ids=torch.zeros(1, dtype=torch.int64),
-                          indptr=torch.tensor([0, 1]), indices=torch.tensor([0]))
-            h = torch.zeros(1, self.in_dim, device=self.ctx.device)
+            zero = torch.zeros(1, dtype=torch.int64)
+            probe = Block(dst_ids=zero, src_ids=zero, indptr=torch.tensor([0, 1]), indices=zero, etypes=zero,
+                          src_types=zero)
+            h = torch.zeros(1, self.input_width, device=self.ctx.device)
             was = self.net.training
             self.net.eval()
             for i in range(layer):
@@ -243,11 +268,18 @@ class HistoricalEmbeddingCache(MiniBatchStrategy):
 
     def build_sampler(self, group: Any) -> LocalHaloSampler:
         p = self.part
+        if self.cfg.relational:
+            view = self.typed_view()
+            return LocalHaloSampler(p.indptr, p.indices, p.num_inner, p.num_halo, view.fanouts, seed=self.cfg.seed,
+                                    local_to_global=p.local_to_global, typed=view.sampling, etypes=p.edge_types)
         return LocalHaloSampler(p.indptr, p.indices, p.num_inner, p.num_halo, self.cfg.fanouts,
                                 seed=self.cfg.seed, local_to_global=p.local_to_global)
 
     def build_feature_store(self, group: Any) -> None:
         return None  # HEC fetches no remote features
+
+    def embedding_exchange(self, embeddings: NodeEmbeddings) -> RowExchange:
+        return LocalRows(embeddings.owned, embeddings.weight)  # a batch reads its solid vertices' rows only
 
     # ---------------------------------------------------------------- pipeline stages
     def sample_stage(self, mb: MiniBatch) -> MiniBatch:
@@ -263,6 +295,10 @@ class HistoricalEmbeddingCache(MiniBatchStrategy):
     def load_stage(self, mb: MiniBatch) -> MiniBatch:
         assert mb.blocks is not None
         rows = mb.blocks[0].src_ids[: mb.meta["solid_counts"][0]].numpy()
+        if self.relational_model:  # the solid vertices' own typed rows
+            mb.inputs = self.typed_inputs().local(self.part.local_to_global[rows])  # type: ignore[assignment]
+            mb.counters["features_loaded"] = float(rows.shape[0])
+            return mb
         order = np.argsort(rows, kind="stable")
         feats = np.empty((rows.shape[0], self.in_dim), dtype=np.float32)
         feats[order] = np.asarray(self.features[rows[order]], dtype=np.float32)
@@ -288,7 +324,11 @@ class HistoricalEmbeddingCache(MiniBatchStrategy):
         # HEC lives) right before each layer runs, and then the block moves.
         dev = self.ctx.device
         if dev.type != "cpu":
-            self.copy_inputs(mb)
+            if isinstance(mb.inputs, TypedRows):
+                mb.inputs = mb.inputs.to(dev)  # type: ignore[assignment]
+                mb.labels = None if mb.labels is None else mb.labels.to(dev)
+            else:
+                self.copy_inputs(mb)
         return mb
 
     # ---------------------------------------------------------------- training
@@ -297,7 +337,9 @@ class HistoricalEmbeddingCache(MiniBatchStrategy):
         assert self.net is not None and mb.blocks is not None and mb.inputs is not None
         dev = self.ctx.device
         self.aep.begin_iteration()  # the caches' clock: ages and life-span purges
-        h_solid = mb.inputs
+        h_solid: Any = mb.inputs
+        if isinstance(h_solid, TypedRows):  # the solid inputs embedded: layer 0's rows (and what AEP pushes)
+            h_solid = self.net.embed(self.embeddings.attach(h_solid) if self.embeddings is not None else h_solid)
         for layer, (block, n_solid) in enumerate(zip(mb.blocks, mb.meta["solid_counts"], strict=True)):
             src = block.src_ids
             if self.cs > 0:  # with no cache lines nothing pushed could be stored: no AEP at all

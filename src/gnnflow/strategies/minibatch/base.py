@@ -183,6 +183,8 @@ class MiniBatchStrategy(Strategy):
 
     #: whether a rank's shard holds its feature rows (P3 reads feature columns instead)
     loads_features: ClassVar[bool] = True
+    #: a relational model's view of the graph (set by :class:`~.relational.RelationalMiniBatch`)
+    schema: Any = None
 
     @classmethod
     def memory_terms(cls, run: RunSizes, r: int) -> tuple[dict[str, int], dict[str, int]]:
@@ -345,7 +347,7 @@ class MiniBatchStrategy(Strategy):
 
         cfg = self.cfg
         seed_everything(cfg.seed)
-        net = build_model_from_config(cfg, self.in_dim, self.num_classes).to(self.ctx.device)
+        net = build_model_from_config(cfg, self.in_dim, self.num_classes, schema=self.schema).to(self.ctx.device)
         _, size = world()
         if size > 1:  # identical initial weights everywhere, whatever the local RNG did
             for p in net.parameters():

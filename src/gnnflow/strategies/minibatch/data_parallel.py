@@ -5,14 +5,18 @@ Every rank trains on mini-batches drawn from its own part's training vertices
 (§4.2.2), loads remote features with one all-to-all per batch, and keeps the
 model replicated with synchronous SGD (gradient all-reduce), with the
 asynchronous mini-batch pipeline of §4.2.1 running ahead of training.  All of
-that is :class:`~gnnflow.strategies.minibatch.base.MiniBatchStrategy`; this module
-adds the strategy name and the equivalence check :func:`verify`.
+that is :class:`~gnnflow.strategies.minibatch.base.MiniBatchStrategy`, with RGCN and
+R-GAT on a typed book (per-relation sampling, per-type feature rows, the featureless
+types' embedding rows read synchronously and updated on their owners) from
+:class:`~gnnflow.strategies.minibatch.relational.RelationalMiniBatch`; this module adds
+the strategy name and options (its check is :mod:`gnnflow.strategies.verify.data_parallel`).
 
 Because synchronous SGD sums the ranks' gradients of ``CE_sum(local) / N_global``,
 one step with P ranks equals one single-process step on the union of the P
 micro-batches ("the estimation of the model gradients is unbiased ... does not
-affect the convergence rate or the model accuracy", §4.1.2).  :func:`verify`
-checks exactly that with full-neighbourhood sampling (a deterministic sample).
+affect the convergence rate or the model accuracy", §4.1.2);
+:mod:`gnnflow.strategies.verify.data_parallel` checks exactly that, with the same keyed
+draws on both sides (finite fanouts too).
 """
 
 from __future__ import annotations
@@ -21,8 +25,8 @@ from dataclasses import dataclass
 
 from gnnflow.options import option
 from gnnflow.strategies.device_path import DevicePathOptions
-from gnnflow.strategies.minibatch.base import MiniBatchStrategy
 from gnnflow.strategies.minibatch.options import MiniBatchOptions
+from gnnflow.strategies.minibatch.relational import RelationalMiniBatch
 
 
 @dataclass(frozen=True)
@@ -35,7 +39,7 @@ class DataParallelOptions(MiniBatchOptions, DevicePathOptions):
                                       "presampled batches (DistDGLv2 §4.2.1's local cache)", minimum=0)
 
 
-class DataParallel(MiniBatchStrategy):
+class DataParallel(RelationalMiniBatch):
     """DistDGLv2-style data-parallel training (``--strategy data``)."""
 
     name = "data"

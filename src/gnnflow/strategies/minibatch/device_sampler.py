@@ -65,10 +65,11 @@ class DeviceDistSampler(TensorLayerwise, DistNeighborSampler):
         counts, src_local = csr_sample(self.csr, rows, fanout, self.key, layer, seeds)
         return counts, self.to_global[src_local]
 
-    def _serve(self, request: torch.Tensor, fanout: int, layer: int) -> tuple[np.ndarray, np.ndarray]:
-        """A peer's seeds (host ids), drawn on the device; the reply goes back over the host."""
+    def _serve(self, request: torch.Tensor, fanout: int, layer: int) -> tuple[np.ndarray, list[np.ndarray]]:
+        """A peer's seeds (host ids), drawn on the device; the reply (one column: sources) goes
+        back over the host."""
         counts, src = self._draw_own(request.to(self.device), fanout, layer)
-        return counts.cpu().numpy(), src.cpu().numpy()
+        return counts.cpu().numpy(), [src.cpu().numpy()]
 
     def sample_neighbors(self, frontier: torch.Tensor, fanout: int,  # type: ignore[override]
                          layer: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -87,9 +88,10 @@ class DeviceDistSampler(TensorLayerwise, DistNeighborSampler):
         requests = alltoallv(list(torch.split(frontier[order].cpu(), send_counts)), self.stats,
                              group=self.group, kind=HOST)
         empty = np.zeros(0, dtype=np.int64)
-        served = [self._serve(req, fanout, layer) if p != self.rank else (empty, empty)
+        served = [self._serve(req, fanout, layer) if p != self.rank else (empty, [empty])
                   for p, req in enumerate(requests)]
-        rcounts_np, rsrc_np = self._reply(served, send_counts, [int(r.shape[0]) for r in requests], fanout)
+        rcounts_np, (rsrc_np,) = self._reply(served, send_counts, [int(r.shape[0]) for r in requests],
+                                             self.max_edges(fanout))
         self.remote_seeds += int(order.numel())
         rcounts = torch.from_numpy(rcounts_np).to(self.device)
         counts[order] = rcounts

@@ -24,11 +24,15 @@ passes, so the asynchronous pipeline can attribute them to the mini-batch.
 The same exchange serves any row table partitioned like the vertices, e.g. the
 hidden representations of layer-wise distributed inference: pass
 ``local_rows`` (rows of the part's inner vertices in ``inner_ids`` order).
+An exchange returns its :class:`RowPlan` (who asked whom for which rows), so that
+a table that learns can send gradients back along the same paths
+(:mod:`gnnflow.strategies.minibatch.relational`'s embedding rows).
 """
 
 from __future__ import annotations
 
 import mmap
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -88,6 +92,17 @@ def _advise_random(table: Rows) -> None:
             mm.madvise(mmap.MADV_RANDOM)
         except OSError:
             pass
+
+
+@dataclass
+class RowPlan:
+    """The paths of one exchange: ``matrix[q, p]`` rows rank q asked rank p for;
+    ``positions[q]``: the local table rows rank q asked this rank for; ``dest[p]``: where the
+    rows this rank asked rank p for went in the request (positions of the requested ids)."""
+
+    matrix: np.ndarray
+    positions: list[np.ndarray]
+    dest: list[np.ndarray]
 
 
 class FeatureStore:
@@ -176,8 +191,9 @@ class FeatureStore:
                 counters["cache_misses"] = counters.get("cache_misses", 0) + int(remote.size)
         return out
 
-    def _exchange(self, ids: np.ndarray, owner: np.ndarray, out: torch.Tensor, dest: np.ndarray) -> None:
-        """Request ``ids`` from their ``owner`` ranks and write the rows to ``out[dest]``.
+    def _exchange(self, ids: np.ndarray, owner: np.ndarray, out: torch.Tensor, dest: np.ndarray) -> RowPlan | None:
+        """Request ``ids`` from their ``owner`` ranks and write the rows to ``out[dest]``; return the
+        exchange's paths (None with one rank).
 
         One id exchange, then the rows in rounds of at most :data:`EXCHANGE_BYTES`
         (:func:`~gnnflow.comm.collectives.exchange_rows_in_rounds`): owners gather the
@@ -189,7 +205,7 @@ class FeatureStore:
         if self.world_size == 1:
             if ids.size:
                 raise ConfigError("feature store: a single rank cannot own remote vertices; check node_part")
-            return
+            return None
         order = np.argsort(owner, kind="stable")
         counts = np.bincount(owner, minlength=self.world_size)
         send_ids = torch.split(torch.from_numpy(ids[order]), counts.tolist())
@@ -213,6 +229,7 @@ class FeatureStore:
 
         # the rows go back the way the ids came: owner p sends rank q what q asked p for
         exchange_rows_in_rounds(gather, matrix.T, scatter, shape_tail, EXCHANGE_BYTES, self.stats, self.group)
+        return RowPlan(matrix, positions, dest_by_peer)
 
     # -- cache -------------------------------------------------------------------
     def build_cache(self, candidate_ids: np.ndarray, candidate_counts: np.ndarray, capacity: int) -> int:

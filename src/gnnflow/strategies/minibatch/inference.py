@@ -127,6 +127,9 @@ def _chunk_block(part: Any, rows: np.ndarray, degrees: torch.Tensor | None) -> t
     l2g = part.local_to_global
     block = Block(dst_ids=torch.from_numpy(l2g[rows]), src_ids=torch.from_numpy(l2g[src_local]),
                   indptr=torch.from_numpy(sub_ptr), indices=torch.from_numpy(pos[inv[rows.shape[0]:]]))
+    if part.edge_types is not None:  # a typed book: the relations (rows grouped by them) and vertex types
+        block.etypes = torch.from_numpy(np.asarray(part.edge_types[lo:hi], dtype=np.int64))
+        block.src_types = torch.from_numpy(np.asarray(part.node_types[src_local], dtype=np.int64))
     if degrees is not None:
         block.src_deg = degrees[torch.from_numpy(src_local), 1]
         block.dst_deg = degrees[torch.from_numpy(rows), 0]
@@ -138,6 +141,16 @@ def _rows_on(table: Any, pos: np.ndarray, device: torch.device) -> torch.Tensor:
     if isinstance(table, torch.Tensor):
         return table[torch.from_numpy(pos).to(table.device)].to(device)
     return torch.from_numpy(np.asarray(np.take(table, pos, axis=0), dtype=np.float32)).to(device)
+
+
+def _chunks(rows: np.ndarray, step: int) -> list[np.ndarray]:
+    """``rows`` (sorted) cut into contiguous runs of at most ``step`` rows (a chunk's block reads
+    one slice of the CSR)."""
+    breaks = np.flatnonzero(np.diff(rows) != 1) + 1
+    out = []
+    for run in np.split(rows, breaks) if rows.size else []:
+        out += [run[s:s + step] for s in range(0, run.shape[0], step)]
+    return out
 
 
 def inner_degrees(part: Any, node_part: np.ndarray, group: Any = None) -> torch.Tensor:
@@ -165,20 +178,28 @@ def local_degrees(part: Any, node_part: np.ndarray, inner: torch.Tensor | None =
 @torch.no_grad()
 def layerwise_inference(net: Any, part: Any, node_part: np.ndarray, device: torch.device,
                         degrees: torch.Tensor | None = None, group: Any = None,
-                        layers: int | None = None, chunk_rows: int | None = None) -> torch.Tensor:
+                        layers: int | None = None, chunk_rows: int | None = None,
+                        inputs: Any = None, wanted: np.ndarray | None = None) -> torch.Tensor:
     """Logits of ``part``'s inner vertices (see the module docstring).  ``degrees``: the
     ``[num_local, 2]`` whole-graph (in, out)-degrees of the part's local vertices, for GCN.
     ``layers = k``: the outputs of layer ``k`` instead (the first ``k`` layers run; an
     embedding).  ``chunk_rows``: destinations per chunk (default: about ``chunk_bytes()`` of
-    source rows)."""
+    source rows).  ``inputs``: layer 0's rows of the inner vertices (default: the feature
+    shard), e.g. a relational model's embedded typed inputs
+    (:mod:`gnnflow.strategies.minibatch.relational`); a :class:`ScratchRows` given is closed after
+    layer 0, as a hidden table is.  On a typed book the blocks carry edge and vertex types.
+    ``wanted``: the inner rows whose outputs are read (sorted; e.g. the labelled vertices):
+    the last layer computes only those, the other rows of the result stay unwritten (and
+    never resident: ogbn-mag's authors need no 349 logits each)."""
     was = net.training
     net.eval()
     n_in = part.num_inner
     halo = np.asarray(part.halo_ids, dtype=np.int64)
-    table: Any = part.features  # layer 0 reads the memory-mapped feature shard
-    if fits_on_device(4 * n_in * int(table.shape[1]), device):  # or all of it on a GPU
+    scratch: ScratchRows | None = inputs if isinstance(inputs, ScratchRows) else None
+    # layer 0's rows: the memory-mapped feature shard, or the given table
+    table: Any = part.features if inputs is None else scratch.array if scratch is not None else inputs
+    if inputs is None and fits_on_device(4 * n_in * int(table.shape[1]), device):  # or all of it on a GPU
         table = read_only_tensor(np.asarray(table, dtype=np.float32)).to(device)
-    scratch: ScratchRows | None = None
     stop = net.num_layers if layers is None else layers
     try:
         for layer in range(stop):
@@ -193,7 +214,8 @@ def layerwise_inference(net: Any, part: Any, node_part: np.ndarray, device: torc
                 nxt = torch.empty((n_in, width), device=device) if fits_on_device(4 * n_in * width, device) \
                     else ScratchRows(n_in, width)
             step = chunk_rows or default_chunk_rows(n_in, part.num_edges, dim, device)
-            chunks = [np.arange(s, min(s + step, n_in), dtype=np.int64) for s in range(0, n_in, step)]
+            chunks = _chunks(np.arange(n_in, dtype=np.int64) if wanted is None or not last
+                             else np.asarray(wanted, dtype=np.int64), step)
             store = FeatureStore(part, node_part, local_rows=table, group=group)
             rounds: Any = range(max_over_ranks(len(chunks), group))
             if world()[0] == 0:
