@@ -225,21 +225,23 @@ class RelationalMiniBatch(MiniBatchStrategy):
             self._typed_inputs = TypedInputs(self.part, self.node_part, self.typed_view(), self.load_stats, group)
         return self._typed_inputs
 
-    def build_sampler(self, group: Any) -> Any:
+    def new_sampler(self, seed: int, group: Any, stats: CommStats) -> Any:
+        """A typed book's sampler draws per relation, on the host (the typed sampler has no
+        tensor form); otherwise the base class's."""
         if not self.cfg.relational:
-            return super().build_sampler(group)
+            return super().new_sampler(seed, group, stats)
         view = self.typed_view()
-        return make_sampler(self.part, self.node_part, view.fanouts, self.cfg.seed, group=group,
-                            stats=self.sample_stats, own_targets=self.own_targets(), typed=view.sampling)
+        return make_sampler(self.part, self.node_part, view.fanouts, seed, group=group,
+                            stats=stats, own_targets=self.own_targets(), typed=view.sampling)
 
     def build_feature_store(self, group: Any) -> Any:
         if not self.relational_model:
             return super().build_feature_store(group)
         return self.typed_inputs(group)
 
-    def _build_cache(self) -> None:
+    def _build_caches(self, device_mib: float) -> None:
         if not self.relational_model:
-            return super()._build_cache()
+            return super()._build_caches(device_mib)
         self.cache_rows = self.cached = 0  # no hot-row cache of typed rows (docs/hetero.md)
 
     def build_model(self) -> None:
