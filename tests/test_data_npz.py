@@ -64,7 +64,7 @@ def test_npz_graph_features_labels_and_per_class_split(tmp_path, dense):
     # undirected as PyG reads these files: both directions, no self-loop, no duplicate
     one_way = {(int(a), int(b)) for a, b in zip(raw["src"], raw["dst"], strict=True) if a != b}
     assert _edges(s) == one_way | {(b, a) for a, b in one_way}
-    assert s.meta["source"] == "npz" and not s.meta["directed"] and s.meta["symmetrized"]
+    assert s.meta.source == "npz" and not s.meta.directed and s.meta.extra["symmetrized"]
     want = np.where(raw["attr"] > 0, 1.0, raw["attr"]) if dense else raw["attr"]
     assert s.features.dtype == np.float32 and np.array_equal(s.features, want.astype(np.float32))
     assert np.array_equal(s.labels, raw["labels"]) and s.num_classes == len(CLASS_SIZES)
@@ -74,7 +74,7 @@ def test_npz_graph_features_labels_and_per_class_split(tmp_path, dense):
         assert counts == ([5, 7, size - 12] if size >= 12 else [5, size - 5, 0]), (c, counts)
     every = np.concatenate([s.train_idx, s.val_idx, s.test_idx])
     assert np.array_equal(np.sort(every), np.arange(N))  # disjoint, every labelled vertex once
-    assert "class (vertices)" not in s.meta["split"] and "3 (10)" in s.meta["split"]
+    assert "class (vertices)" not in s.meta.extra["split"] and "3 (10)" in s.meta.extra["split"]
 
 
 def test_npz_split_is_reproducible_and_directed_keeps_rows(tmp_path):
@@ -86,7 +86,7 @@ def test_npz_split_is_reproducible_and_directed_keeps_rows(tmp_path):
     assert np.array_equal(a.train_idx, b.train_idx) and np.array_equal(a.val_idx, b.val_idx)
     assert not np.array_equal(a.train_idx, c.train_idx)
     assert _edges(a) == {(int(u), int(v)) for u, v in zip(raw["src"], raw["dst"], strict=True) if u != v}
-    assert a.meta["directed"]
+    assert a.meta.directed
 
 
 def test_import_draws_a_per_class_split(tmp_path):
@@ -98,7 +98,7 @@ def test_import_draws_a_per_class_split(tmp_path):
     s = open_store(tmp_path / "s")
     for c in range(3):
         assert int((s.labels[s.train_idx] == c).sum()) == 2 and int((s.labels[s.val_idx] == c).sum()) == 3
-    assert s.meta["split"].startswith("per-class (2 train, 3 val per class")
+    assert s.meta.extra["split"].startswith("per-class (2 train, 3 val per class")
 
 
 class RunsShell:
