@@ -95,10 +95,9 @@ class DGLRelationalModel(torch.nn.Module):
       and averaged in the output layer;
     * hidden layers: activation, then dropout.
 
-    ``forward(graph, features)``: ``graph`` is the homogeneous DGL graph with ``etype`` and
-    ``norm`` edge data, its edges sorted by relation (rgcn), or the heterograph (rgat);
-    ``features[ntype]`` the rows of each featured type.  Returns the logits of every vertex
-    in homogeneous order (types in ``ntypes`` order, each its per-type ids).
+    ``forward(graphs, inputs(features, ids))`` runs on DGL blocks (mini-batch training) or on
+    the whole graph (evaluation): the homogeneous DGL graph with ``etype`` and ``norm`` edge
+    data (rgcn) or the heterograph (rgat).
     """
 
     def __init__(self, model: str, schema: Any, ntypes: list[str], etypes: list[tuple[str, str, str]],
@@ -110,7 +109,7 @@ class DGLRelationalModel(torch.nn.Module):
 
         if model not in ("rgcn", "rgat"):
             raise ConfigError(f"model: DGL's relational layers run rgcn or rgat, not {model!r}")
-        self.model, self.ntypes, self.num_nodes = model, list(ntypes), list(schema.num_nodes)
+        self.model, self.ntypes = model, list(ntypes)
         dims = dict(zip(ntypes, schema.feature_dims, strict=True))
         self.project = dglnn.HeteroLinear({t: d for t, d in dims.items() if d}, hidden)
         featureless = {t: n for t, n, d in zip(ntypes, schema.num_nodes, schema.feature_dims, strict=True) if not d}
@@ -159,12 +158,12 @@ class DGLRelationalModel(torch.nn.Module):
                 gat.attn_r.copy_(layer.attn_r[r : r + 1])
                 gat.bias.copy_(layer.bias[r])
 
-    def inputs(self, features: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        """Every vertex type's input rows (projected features or embeddings), input dropout applied."""
+    def inputs(self, features: dict[str, torch.Tensor], ids: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """Input rows by vertex type, input dropout applied: ``features[t]``'s rows projected (a
+        featured type) or the embedding rows of per-type ids ``ids[t]`` (a featureless type)."""
         h = self.project({t: x for t, x in features.items() if t in self.project.linears})
         if self.embed is not None:
-            h.update(self.embed({t: torch.arange(self.num_nodes[self.ntypes.index(t)])
-                                 for t in self.embed.embeds}))
+            h.update(self.embed({t: i for t, i in ids.items() if t in self.embed.embeds}))
         return {t: self.input_dropout(x) for t, x in h.items()}
 
     def _hidden(self, h: torch.Tensor, last: bool) -> torch.Tensor:
@@ -172,20 +171,18 @@ class DGLRelationalModel(torch.nn.Module):
             h = h.mean(1) if last else h.flatten(1)
         return h if last else self.dropout(self.activation(h))
 
-    def forward(self, graph: Any, features: dict[str, torch.Tensor]) -> torch.Tensor:
-        h = self.inputs(features)
+    def forward(self, graphs: list[Any], h: Any, presorted: bool = False) -> Any:
+        """The layers on ``graphs`` (a DGL block per layer, or the whole graph for each): ``h`` the
+        input rows (:meth:`inputs`), one tensor in the source order of ``graphs[0]`` for rgcn (its
+        ``etype`` and ``norm`` edge data; ``presorted``: edges grouped by relation), a dict by
+        vertex type for rgat.  Returns the last layer's rows (a dict by vertex type for rgat)."""
         n = len(self.layers)
-        if self.model == "rgcn":
-            x = torch.cat([h[t] for t in self.ntypes])
-            for i, conv in enumerate(self.layers):
-                x = self._hidden(conv(graph, x, graph.edata["etype"], graph.edata["norm"], presorted=True), i == n - 1)
-            return x
-        for i, conv in enumerate(self.layers):
-            h = {t: self._hidden(x, i == n - 1) for t, x in conv(graph, h).items()}
-        # a type that no relation reaches gets no output: zero logits
-        some = next(iter(h.values()))
-        return torch.cat([h[t] if t in h else some.new_zeros(c, some.shape[1])
-                          for t, c in zip(self.ntypes, self.num_nodes, strict=True)])
+        for i, (conv, g) in enumerate(zip(self.layers, graphs, strict=True)):
+            if self.model == "rgcn":
+                h = self._hidden(conv(g, h, g.edata["etype"], g.edata["norm"], presorted=presorted), i == n - 1)
+            else:
+                h = {t: self._hidden(x, i == n - 1) for t, x in conv(g, h).items()}
+        return h
 
 
 def dgl_relational_from_config(cfg: TrainConfig, schema: Any, ntypes: list[str],
