@@ -164,11 +164,13 @@ def run_dgl(model: str, store: Any, g: Any, seed: int, epochs: int | None) -> di
             "first_loss": first_loss, "wall_s": time.perf_counter() - t0}
 
 
-def _stats(values: list[float]) -> dict[str, float]:
+def stats(values: list[float]) -> dict[str, float]:
+    """Mean and sample standard deviation (``ddof=1``; 0 for one value)."""
     return {"mean": statistics.fmean(values), "std": statistics.stdev(values) if len(values) > 1 else 0.0}
 
 
-def _pm(s: dict[str, float]) -> str:
+def pm(s: dict[str, float]) -> str:
+    """``mean ± std`` of accuracies :func:`stats` gives, in percent."""
     return f"{100 * s['mean']:.2f} ± {100 * s['std']:.2f}"
 
 
@@ -215,9 +217,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             entry: dict[str, Any] = {"skipped": skipped}
             for side, runs in per.items():
                 entry[side] = {"runs": runs,
-                               "best_test_acc": _stats([r["best_test_acc"] for r in runs]),
-                               "final_test_acc": _stats([r["final_test_acc"] for r in runs]),
-                               "best_epoch": _stats([float(r["best_epoch"]) for r in runs])}
+                               "best_test_acc": stats([r["best_test_acc"] for r in runs]),
+                               "final_test_acc": stats([r["final_test_acc"] for r in runs]),
+                               "best_epoch": stats([float(r["best_epoch"]) for r in runs])}
             dgl_mean = entry["dgl"]["best_test_acc"]["mean"]
             entry["diff_points"] = {s: 100 * (entry[s]["best_test_acc"]["mean"] - dgl_mean) for s in ran}
             if len(ran) > 1:
@@ -235,10 +237,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
              f"epoch, mean ± std over {args.seeds} seeds (final epoch in brackets)"]
     for model, entry in results.items():
         dgl = entry["dgl"]
-        parts = [f"DGL {_pm(dgl['best_test_acc'])} [{_pm(dgl['final_test_acc'])}]"]
+        parts = [f"DGL {pm(dgl['best_test_acc'])} [{pm(dgl['final_test_acc'])}]"]
         for s in entry["diff_points"]:
             ranks = f" {args.workers} ranks" if s not in ("single",) and args.workers > 1 else ""
-            parts.append(f"ours {s}{ranks} {_pm(entry[s]['best_test_acc'])} [{_pm(entry[s]['final_test_acc'])}] "
+            parts.append(f"ours {s}{ranks} {pm(entry[s]['best_test_acc'])} [{pm(entry[s]['final_test_acc'])}] "
                          f"({entry['diff_points'][s]:+.2f})")
         spread = (f"; strategies within {entry['strategy_spread_points']:.2f} points"
                   if "strategy_spread_points" in entry else "")

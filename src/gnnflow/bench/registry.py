@@ -23,6 +23,8 @@ BENCHES: dict[str, tuple[str, str]] = {
     "hec": ("gnnflow.bench.hec", "HEC vs data-parallel remote fetching (and DistDGL): remote bytes and time"),
     "recipes": ("gnnflow.bench.recipes", "standard GCN/SAGE/GAT recipes vs DGL 1.1.3's examples: test accuracy at "
                 "the best-validation epoch over seeds"),
+    "hetero-accuracy": ("gnnflow.bench.hetero_accuracy", "RGCN and R-GAT vs DGL 1.1.3's RelGraphConv and GATConv per "
+                        "relation on a heterogeneous store: test accuracy at the best-validation epoch over seeds"),
     "allgather": ("gnnflow.bench.allgather", "graph_allgather planners: modeled vs measured time; per-vertex vs grouped SPST planning"),
     "scale": ("gnnflow.bench.scale", "time and peak RSS of prepare, partition and one epoch of every strategy as the "
               "graph grows (1M, products-shaped, 10M), predicted vs measured peak, growth exponents"),

@@ -10,6 +10,7 @@ Sources (docs/data.md describes each):
 * ``import DIR``         bring your own graph (layout in docs/data.md)
 * ``npz FILE``           an attributed graph in Shchur et al.'s ``.npz`` layout (Amazon, Coauthor,
                          CitationFull)
+* ``magnn NAME``         MAGNN's heterogeneous DBLP or IMDB (PyG's raw files), homogenized
 
 Sources without a split of their own (``npz``; ``import`` without split files) draw one with
 ``--split random|per-class`` (:mod:`gnnflow.data.splits`).
@@ -173,6 +174,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                    help="set every positive attribute to 1, as PyG's read_npz does")
     _split(p, "per-class", "the file has no split")
 
+    p = sub.add_parser("magnn", help="MAGNN's heterogeneous DBLP or IMDB from PyG's raw files, homogenized "
+                                     "(docs/hetero.md)")
+    p.add_argument("dataset", help="dblp or imdb")
+    _common(p)
+    p.add_argument("--raw-dir", type=Path, required=True,
+                   help="directory holding node_types.npy, adjM.npz, features_<t>.npz|npy, labels.npy and "
+                        "train_val_test_idx.npz")
+    _hetero_options(p)
+
 
 def _hetero_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-reverse-edges", dest="reverse_edges", action="store_false",
@@ -248,5 +258,10 @@ def prepare(args: argparse.Namespace) -> Any:
 
         return prepare_npz(args.file, args.out, symmetrize=not args.directed,
                            binarize_features=args.binarize_features, split=_split_spec(args), **common)
+    if src == "magnn":
+        from gnnflow.data.magnn import prepare_magnn
+
+        return prepare_magnn(args.dataset, args.out, raw_dir=args.raw_dir, reverse_edges=args.reverse_edges,
+                             feature_fill=args.feature_fill, seed=args.seed, **common)
     print(f"unknown source {src}", file=sys.stderr)  # pragma: no cover - argparse rejects it
     return 2

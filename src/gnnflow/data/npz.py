@@ -31,7 +31,7 @@ from __future__ import annotations
 import os
 import zipfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import numpy as np
 
@@ -44,11 +44,13 @@ REQUIRED = ("adj_data", "adj_indices", "adj_indptr", "adj_shape", "labels")
 SPARSE_ATTRS = ("attr_data", "attr_indices", "attr_indptr", "attr_shape")
 
 
-class NpzGraph:
-    """An opened ``.npz`` graph file whose arrays are read one key at a time, checked."""
+class NpzArrays:
+    """An opened ``.npz`` archive whose arrays are read one key at a time, checked; ``layout`` says
+    what the archive should hold (for the message about a missing key)."""
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
+    def __init__(self, path: str | os.PathLike[str], layout: str) -> None:
         self.path = Path(path)
+        self.layout = layout
         if not self.path.exists():
             raise GnnflowError(f"{self.path}: no such file")
         try:
@@ -56,20 +58,24 @@ class NpzGraph:
         except (ValueError, OSError, EOFError, zipfile.BadZipFile) as exc:
             raise GnnflowError(f"{self.path}: cannot read as a numpy .npz archive ({exc})") from None
         if not hasattr(self._npz, "files"):
-            raise GnnflowError(f"{self.path}: holds a single array, expected a .npz archive of a graph")
+            raise GnnflowError(f"{self.path}: holds a single array, expected a .npz archive: {layout}")
         self.keys = set(self._npz.files)
 
     def close(self) -> None:
         self._npz.close()
 
-    def array(self, key: str, kind: str, ndim: int) -> np.ndarray:
-        """Array ``key``: ``kind`` "int" (integer) or "num" (integer, float or bool), ``ndim``
-        dimensions; anything else is one line naming the file and the key."""
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def raw(self, key: str) -> np.ndarray:
+        """Array ``key`` as stored, unchecked (never unpickled)."""
         if key not in self.keys:
-            raise GnnflowError(f"{self.path}: no key {key!r}; a graph .npz (Shchur et al.) holds "
-                               f"{', '.join(REQUIRED)} and {'/'.join(SPARSE_ATTRS)} or attr_matrix")
+            raise GnnflowError(f"{self.path}: no key {key!r}; {self.layout}")
         try:
-            arr = self._npz[key]
+            return self._npz[key]
         except ValueError as exc:  # numpy refuses object arrays when allow_pickle=False
             if "allow_pickle" in str(exc):
                 raise GnnflowError(f"{self.path}: key {key!r} holds a pickled object array; refused (loading it "
@@ -78,6 +84,11 @@ class NpzGraph:
         except (OSError, EOFError, zipfile.BadZipFile) as exc:
             raise GnnflowError(f"{self.path}: key {key!r} cannot be read ({exc}); the file is truncated or "
                                "corrupt") from None
+
+    def array(self, key: str, kind: str, ndim: int) -> np.ndarray:
+        """Array ``key``: ``kind`` "int" (integer) or "num" (integer, float or bool), ``ndim``
+        dimensions; anything else is one line naming the file and the key."""
+        arr = self.raw(key)
         ok = np.issubdtype(arr.dtype, np.integer) or (kind == "num" and (
             np.issubdtype(arr.dtype, np.floating) or arr.dtype == np.bool_))
         if not ok:
@@ -88,31 +99,56 @@ class NpzGraph:
         return arr
 
     def csr(self, prefix: str, rows: int | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray, tuple[int, int]]:
-        """``(data, indices, indptr, shape)`` of the CSR arrays ``<prefix>_*``, checked (``rows``:
-        the row count they must have)."""
-        shape_arr = self.array(f"{prefix}_shape", "int", 1)
+        """``(data, indices, indptr, shape)`` of the CSR arrays ``<prefix>_*`` (``prefix`` empty: the
+        unprefixed ``data``, ``indices``, ``indptr``, ``shape`` of ``scipy.sparse.save_npz``), checked
+        (``rows``: the row count they must have)."""
+        def key(name: str) -> str:
+            return f"{prefix}_{name}" if prefix else name
+
+        shape_arr = self.array(key("shape"), "int", 1)
         if shape_arr.shape != (2,) or int(shape_arr.min()) < 0:
-            raise GnnflowError(f"{self.path}: key '{prefix}_shape' is {shape_arr.tolist()}, expected two "
+            raise GnnflowError(f"{self.path}: key '{key('shape')}' is {shape_arr.tolist()}, expected two "
                                "non-negative sizes")
         shape = (int(shape_arr[0]), int(shape_arr[1]))
         if rows is not None and shape[0] != rows:
-            raise GnnflowError(f"{self.path}: key '{prefix}_shape' has {shape[0]} rows for {rows} vertices")
-        indptr = self.array(f"{prefix}_indptr", "int", 1).astype(np.int64)
-        indices = self.array(f"{prefix}_indices", "int", 1)
-        data = self.array(f"{prefix}_data", "num", 1)
-        where = f"{self.path}: key '{prefix}_indptr'"
+            raise GnnflowError(f"{self.path}: key '{key('shape')}' has {shape[0]} rows for {rows} vertices")
+        indptr = self.array(key("indptr"), "int", 1).astype(np.int64)
+        indices = self.array(key("indices"), "int", 1)
+        data = self.array(key("data"), "num", 1)
+        where = f"{self.path}: key '{key('indptr')}'"
         if indptr.shape[0] != shape[0] + 1:
             raise GnnflowError(f"{where} has {indptr.shape[0]} entries for {shape[0]} rows (expected rows + 1)")
         if indptr[0] != 0 or indptr[-1] != indices.shape[0] or (np.diff(indptr) < 0).any():
             raise GnnflowError(f"{where} must rise from 0 to the {indices.shape[0]} entries of "
-                               f"'{prefix}_indices' without decreasing")
+                               f"'{key('indices')}' without decreasing")
         if indices.size and (int(indices.min()) < 0 or int(indices.max()) >= shape[1]):
             bad = int(indices.min()) if int(indices.min()) < 0 else int(indices.max())
-            raise GnnflowError(f"{self.path}: key '{prefix}_indices' holds column {bad}, outside [0, {shape[1]})")
+            raise GnnflowError(f"{self.path}: key '{key('indices')}' holds column {bad}, outside [0, {shape[1]})")
         if data.shape[0] != indices.shape[0]:
-            raise GnnflowError(f"{self.path}: key '{prefix}_data' has {data.shape[0]} values for "
-                               f"{indices.shape[0]} entries of '{prefix}_indices'")
+            raise GnnflowError(f"{self.path}: key '{key('data')}' has {data.shape[0]} values for "
+                               f"{indices.shape[0]} entries of '{key('indices')}'")
         return data, indices.astype(np.int64), indptr, shape
+
+    def scipy_csr(self, rows: int | None = None) -> Any:
+        """The matrix of a ``scipy.sparse.save_npz`` file in csr format (keys ``format``, ``shape``,
+        ``indptr``, ``indices``, ``data``) as a scipy CSR matrix, checked as :meth:`csr` checks."""
+        import scipy.sparse as sp
+
+        fmt = self.raw("format")
+        name = fmt.item().decode("ascii", "replace") if fmt.dtype.kind == "S" and fmt.ndim == 0 else None
+        if name != "csr":
+            raise GnnflowError(f"{self.path}: key 'format' is {name or fmt.dtype}; expected a "
+                               "scipy.sparse.save_npz file of a csr matrix")
+        data, indices, indptr, shape = self.csr("", rows)
+        return sp.csr_matrix((data, indices, indptr), shape=shape)
+
+
+class NpzGraph(NpzArrays):
+    """An opened Shchur et al. graph ``.npz`` (see the module docstring)."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        super().__init__(path, f"a graph .npz (Shchur et al.) holds {', '.join(REQUIRED)} and "
+                               f"{'/'.join(SPARSE_ATTRS)} or attr_matrix")
 
     def features(self, n: int, binarize: bool) -> Any:
         """The attributes, sparse (a scipy CSR matrix, densified block by block when written) or

@@ -12,6 +12,11 @@ that gnnflow must read are pickles:
   arrays): read with :func:`load_torch_arrays`, ``torch.load(weights_only=True)``
   allowing only numpy array reconstruction.
 
+Files that should hold plain arrays (``.npy``, ``.npz``) are read with
+``numpy.load(allow_pickle=False)`` (:func:`load_npy` here; ``.npz`` archives key by key,
+:class:`gnnflow.data.npz.NpzArrays`), so a pickled object array in them is refused, never
+loaded.
+
 Anything else raises one :class:`GnnflowError` naming the file and the global.
 """
 
@@ -161,6 +166,30 @@ def load_torch_arrays(path: str | os.PathLike[str], what: str) -> Any:
     except (RuntimeError, EOFError, ValueError, OSError, AttributeError, TypeError) as exc:
         raise GnnflowError(f"{path}: cannot load ({type(exc).__name__}: {_first_line(exc)}); "
                            f"the file is truncated or not {what}") from None
+
+
+def load_npy(path: str | os.PathLike[str], what: str) -> Any:
+    """The array of a ``.npy`` file, read with ``allow_pickle=False``: a pickled object array is
+    refused, a missing, truncated or foreign file is one GnnflowError naming the file (``what``:
+    what it should hold)."""
+    import numpy as np
+
+    path = Path(path)
+    if not path.is_file():
+        raise GnnflowError(f"{path}: no such file; expected {what}")
+    try:
+        arr = np.load(path, allow_pickle=False)
+    except ValueError as exc:
+        if "allow_pickle" in str(exc):
+            raise GnnflowError(f"{path}: holds a pickled object array; refused (loading it could run "
+                               f"code), expected {what}") from None
+        raise GnnflowError(f"{path}: cannot read as a .npy array ({_first_line(exc)}); expected {what}") from None
+    except (OSError, EOFError) as exc:
+        raise GnnflowError(f"{path}: cannot read ({_first_line(exc)}); the file is truncated or not {what}") from None
+    if not isinstance(arr, np.ndarray):  # np.load of a .npz archive
+        arr.close()
+        raise GnnflowError(f"{path}: is an archive of several arrays, expected one .npy array: {what}")
+    return arr
 
 
 def _weights_only_reason(exc: BaseException) -> str:

@@ -1,4 +1,5 @@
-"""The same models in DGL 1.1's own layers, for the peers that train them (DistDGL, ``bench recipes``).
+"""The same models in DGL 1.1's own layers, for the peers that train them (DistDGL, ``bench recipes``,
+``bench hetero-accuracy``).
 
 :class:`DGLModel` mirrors :class:`gnnflow.nn.model.GNN` layer for layer
 (``dgl.nn`` ``SAGEConv``, ``GraphConv``, ``GATConv``; input dropout, hidden
@@ -76,3 +77,119 @@ def dgl_model_from_config(cfg: TrainConfig, in_dim: int, out_dim: int) -> DGLMod
     return DGLModel(cfg.model, in_dim, cfg.hidden, out_dim, cfg.num_layers, cfg.dropout, cfg.heads,
                     out_heads=cfg.out_heads, input_dropout=cfg.input_dropout, feat_drop=cfg.feat_drop,
                     attn_drop=cfg.attn_drop, activation=cfg.activation, aggregator=cfg.aggregator)
+
+
+class DGLRelationalModel(torch.nn.Module):
+    """RGCN or R-GAT in DGL 1.1's own modules, mirroring :class:`gnnflow.nn.model.GNN` with its
+    :class:`~gnnflow.nn.typed_input.TypedInput`, for ``gnnflow bench hetero-accuracy``.
+
+    * input: ``dgl.nn.HeteroLinear`` (an ``nn.Linear`` per featured vertex type) and
+      ``dgl.nn.HeteroEmbedding`` (a row per vertex of a featureless type, initialised by its
+      ``reset_parameters``, xavier-uniform, as DGL's ogbn-mag RGCN example does), then input
+      dropout;
+    * ``rgcn``: ``dgl.nn.RelGraphConv(regularizer="basis" or None, self_loop=True)`` on the
+      homogeneous graph, the edge norm ``1 / |N_r(i)|`` (a mean per relation, as DGL's
+      entity-classification example's ``norm_by_dst`` per relation);
+    * ``rgat``: ``dgl.nn.HeteroGraphConv({relation: GATConv(in, out, heads, feat_drop,
+      attn_drop)}, aggregate="sum")`` on the heterograph, heads concatenated in hidden layers
+      and averaged in the output layer;
+    * hidden layers: activation, then dropout.
+
+    ``forward(graphs, inputs(features, ids))`` runs on DGL blocks (mini-batch training) or on
+    the whole graph (evaluation): the homogeneous DGL graph with ``etype`` and ``norm`` edge
+    data (rgcn) or the heterograph (rgat).
+    """
+
+    def __init__(self, model: str, schema: Any, ntypes: list[str], etypes: list[tuple[str, str, str]],
+                 hidden: int, out_dim: int, num_layers: int, dropout: float = 0.0, heads: int = 1, *,
+                 out_heads: int = 1, input_dropout: float = 0.0, feat_drop: float = 0.0, attn_drop: float = 0.0,
+                 activation: str | None = None, num_bases: int = 0) -> None:
+        super().__init__()
+        import dgl.nn as dglnn
+
+        if model not in ("rgcn", "rgat"):
+            raise ConfigError(f"model: DGL's relational layers run rgcn or rgat, not {model!r}")
+        self.model, self.ntypes = model, list(ntypes)
+        dims = dict(zip(ntypes, schema.feature_dims, strict=True))
+        self.project = dglnn.HeteroLinear({t: d for t, d in dims.items() if d}, hidden)
+        featureless = {t: n for t, n, d in zip(ntypes, schema.num_nodes, schema.feature_dims, strict=True) if not d}
+        self.embed = dglnn.HeteroEmbedding(featureless, hidden) if featureless else None
+        if self.embed is not None:
+            self.embed.reset_parameters()
+        self.layers = torch.nn.ModuleList()
+        widths = [hidden] + [hidden] * (num_layers - 1) + [out_dim]
+        for i in range(num_layers):
+            last = i == num_layers - 1
+            if model == "rgcn":
+                self.layers.append(dglnn.RelGraphConv(widths[i], widths[i + 1], len(etypes),
+                                                      regularizer="basis" if num_bases else None,
+                                                      num_bases=num_bases or None, self_loop=True))
+            else:
+                self.layers.append(dglnn.HeteroGraphConv({
+                    e: dglnn.GATConv(widths[i] * (heads if i else 1), widths[i + 1], out_heads if last else heads,
+                                     feat_drop=feat_drop, attn_drop=attn_drop, allow_zero_in_degree=True)
+                    for e in etypes}, aggregate="sum"))
+        self.input_dropout = torch.nn.Dropout(input_dropout)
+        self.dropout = torch.nn.Dropout(dropout)
+        self.activation = ACTIVATIONS[activation or default_activation(model)]
+
+    @torch.no_grad()
+    def copy_from(self, ours: torch.nn.Module) -> None:
+        """Take the weights of ``ours``, a :class:`~gnnflow.nn.model.GNN` of the same settings
+        (relation ``r`` is ``etypes[r]``), so that both compute the same function."""
+        for key, lin in ours.input_layer.project.items():
+            mine = self.project.linears[self.ntypes[int(key)]]
+            mine.weight.copy_(lin.weight)
+            mine.bias.copy_(lin.bias)
+        for key, emb in ours.input_layer.embed.items():
+            assert self.embed is not None
+            self.embed.embeds[self.ntypes[int(key)]].weight.copy_(emb.weight)
+        for conv, layer in zip(self.layers, ours.layers, strict=True):
+            if self.model == "rgcn":
+                conv.linear_r.W.copy_(layer.weight)
+                if layer.coeff is not None:
+                    conv.linear_r.coeff.copy_(layer.coeff)
+                conv.loop_weight.copy_(layer.loop_weight)
+                conv.h_bias.copy_(layer.bias)
+                continue
+            for r, gat in enumerate(conv.mods.values()):  # in etypes order
+                gat.fc.weight.copy_(layer.weight[r].t())
+                gat.attn_l.copy_(layer.attn_l[r : r + 1])
+                gat.attn_r.copy_(layer.attn_r[r : r + 1])
+                gat.bias.copy_(layer.bias[r])
+
+    def inputs(self, features: dict[str, torch.Tensor], ids: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """Input rows by vertex type, input dropout applied: ``features[t]``'s rows projected (a
+        featured type) or the embedding rows of per-type ids ``ids[t]`` (a featureless type)."""
+        h = self.project({t: x for t, x in features.items() if t in self.project.linears})
+        if self.embed is not None:
+            h.update(self.embed({t: i for t, i in ids.items() if t in self.embed.embeds}))
+        return {t: self.input_dropout(x) for t, x in h.items()}
+
+    def _hidden(self, h: torch.Tensor, last: bool) -> torch.Tensor:
+        if self.model == "rgat":
+            h = h.mean(1) if last else h.flatten(1)
+        return h if last else self.dropout(self.activation(h))
+
+    def forward(self, graphs: list[Any], h: Any, presorted: bool = False) -> Any:
+        """The layers on ``graphs`` (a DGL block per layer, or the whole graph for each): ``h`` the
+        input rows (:meth:`inputs`), one tensor in the source order of ``graphs[0]`` for rgcn (its
+        ``etype`` and ``norm`` edge data; ``presorted``: edges grouped by relation), a dict by
+        vertex type for rgat.  Returns the last layer's rows (a dict by vertex type for rgat)."""
+        n = len(self.layers)
+        for i, (conv, g) in enumerate(zip(self.layers, graphs, strict=True)):
+            if self.model == "rgcn":
+                h = self._hidden(conv(g, h, g.edata["etype"], g.edata["norm"], presorted=presorted), i == n - 1)
+            else:
+                h = {t: self._hidden(x, i == n - 1) for t, x in conv(g, h).items()}
+        return h
+
+
+def dgl_relational_from_config(cfg: TrainConfig, schema: Any, ntypes: list[str],
+                               etypes: list[tuple[str, str, str]], out_dim: int) -> DGLRelationalModel:
+    """:class:`DGLRelationalModel` with every model setting of ``cfg`` (as
+    :func:`gnnflow.nn.build_model_from_config` builds ours from ``schema``)."""
+    return DGLRelationalModel(cfg.model, schema, ntypes, etypes, cfg.hidden, out_dim, cfg.num_layers, cfg.dropout,
+                              cfg.heads, out_heads=cfg.out_heads, input_dropout=cfg.input_dropout,
+                              feat_drop=cfg.feat_drop, attn_drop=cfg.attn_drop, activation=cfg.activation,
+                              num_bases=cfg.num_bases)
