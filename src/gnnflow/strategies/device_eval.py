@@ -59,6 +59,4 @@ def fits_on_device(nbytes: int, device: torch.device) -> bool:
 def empty_block(device: torch.device) -> Block:
     """A block with no vertices (with degrees, for GCN): a layer on it tells its output width
     without computing anything, on every rank, even one that owns no vertex."""
-    none = torch.zeros(0, dtype=torch.int64, device=device)
-    return Block(dst_ids=none, src_ids=none, indptr=torch.zeros(1, dtype=torch.int64, device=device), indices=none,
-                 src_deg=torch.zeros(0, device=device), dst_deg=torch.zeros(0, device=device))
+    return Block.empty(device)
