@@ -302,3 +302,26 @@ def test_verify_split_with_a_layer_class(world, tmp_path):
 
     res = verify(2, model="pyg:GINConv", seed=0)
     assert res["passed"], res["max_abs_diff"]
+
+
+def test_a_workflow_sweep_names_layer_class_runs_and_writes_their_settings(tmp_path):
+    import copy
+    from pathlib import Path
+
+    import yaml
+
+    from gnnflow.workflow import expand_runs, validate_config, write_settings
+
+    root = Path(__file__).resolve().parents[1]
+    config = copy.deepcopy(yaml.safe_load((root / "config" / "config.yaml").read_text()))
+    config["train"] = {"sweeps": [{"name": "byo", "strategy": "single", "dataset": "synthetic",
+                                   "model": "pyg:GINConv", "model_opts": [{"eps": 0.1}, {"eps": 0.2}]},
+                                  {"name": "mine", "strategy": "single", "dataset": "synthetic",
+                                   "model": "layers/my_layers.py:MeanConcat"}]}
+    runs = expand_runs(validate_config(config))
+    assert [r.name for r in runs] == ["byo-single-synthetic-pyg-GINConv-w1-moeps0.1",
+                                      "byo-single-synthetic-pyg-GINConv-w1-moeps0.2",
+                                      "mine-single-synthetic-my_layers-MeanConcat-w1"]
+    write_settings(runs[1], tmp_path / "s.yaml")
+    written = yaml.safe_load((tmp_path / "s.yaml").read_text())
+    assert written["model"] == "pyg:GINConv" and written["model_opts"] == {"eps": 0.2}
