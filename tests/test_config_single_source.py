@@ -68,6 +68,8 @@ def _other_value(f: dataclasses.Field) -> tuple[list[str], object]:
         return [flag, "0.125"], 0.125
     if base.startswith("list["):
         return [flag, "4,3"], [4, 3]
+    if base.startswith("dict["):  # model_opts: a mapping of scalars
+        return [flag, "eps=0.5"], {"eps": 0.5}
     return [flag, "somewhere"], "somewhere"
 
 
@@ -77,6 +79,7 @@ def test_each_flag_sets_its_setting(name):
     words, value = _other_value(f)
     extra = ["--layers", "2"] if name == "fanouts" else []
     extra += ["--fanouts", "5,5,5"] if name == "num_layers" else []
+    extra += ["--model", "pyg:GINConv"] if name == "model_opts" else []  # a built-in model takes none
     cfg = config_from_args(train_parser().parse_args(["--graph", "g", *words, *extra]))
     assert getattr(cfg, name) == value
 
@@ -110,6 +113,9 @@ def test_schema_accepts_a_value_and_a_sweep_and_the_limits_of_each_setting(f):
             jsonschema.validate(bad, props[f.name])
         with pytest.raises(ConfigError, match=f.name):
             TrainConfig(graph="g", **{f.name: bad})
+    if meta.get("pattern"):  # open choices (the model: a name or a layer class) follow the pattern
+        jsonschema.validate("pkg.layers:MyConv", props[f.name])
+        assert TrainConfig(graph="g", **{f.name: "pkg.layers:MyConv"})
 
 
 EIGHT = {"activation": "relu", "aggregator": "gcn", "attn_drop": 0.1, "device": "cpu", "feat_drop": 0.1,

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,6 +39,10 @@ STRATEGIES: dict[str, str] = {
     "dgcl": "gnnflow.strategies.fullbatch.dgcl:PlannedHalo",
 }
 MODELS = ("sage", "gcn", "gat", "mlp", "rgcn", "rgat")  # mlp: the no-graph baseline (nn.DstLinear)
+#: a model given as a layer class instead of a name (docs/models.md): ``pyg:ConvName`` (a
+#: torch_geometric.nn convolution), ``module.path:Name`` or ``path/to/file.py:Name``
+LAYER_CLASS = r"pyg:[A-Za-z_]\w*|[A-Za-z_][\w.]*:[A-Za-z_]\w*|[^:]+\.py:[A-Za-z_]\w*"
+LAYER_CLASS_FORMS = "pyg:ConvName, module.path:Name or path/to/file.py:Name"
 #: models that read edge types and per-type features (a homogenized heterogeneous store)
 RELATIONAL_MODELS = ("rgcn", "rgat")
 #: models with attention heads (GAT's concatenated hidden heads, averaged output heads)
@@ -50,17 +55,48 @@ GCN_DEGREES = ("graph", "block")
 DEVICES = ("cpu", "cuda")
 
 
+def is_layer_class(model: str) -> bool:
+    """Whether ``model`` names a layer class (:data:`LAYER_CLASS`) rather than a built-in model."""
+    return model not in MODELS and re.fullmatch(LAYER_CLASS, model) is not None
+
+
+def model_label(model: str) -> str:
+    """``model`` as a file-name-safe word for run ids and run names: a built-in's name,
+    ``pyg-GINConv``, ``layers-MyConv`` for ``path/to/layers.py:MyConv`` or ``my.pkg:MyConv``."""
+    if not is_layer_class(model):
+        return model
+    where, _, name = model.rpartition(":")
+    stem = "pyg" if where == "pyg" else Path(where).stem if where.endswith(".py") else where.rsplit(".", 1)[-1]
+    return re.sub(r"[^A-Za-z0-9_.-]", "-", f"{stem}-{name}")
+
+
+class _OpenChoices(tuple):
+    """A flag's choices that also admit every value matching ``pattern`` (argparse tests
+    ``value in choices``)."""
+
+    pattern: str
+
+    def __new__(cls, items: Sequence[Any], pattern: str) -> _OpenChoices:
+        out = super().__new__(cls, items)
+        out.pattern = pattern
+        return out
+
+    def __contains__(self, value: object) -> bool:
+        return tuple.__contains__(self, value) or re.fullmatch(self.pattern, str(value)) is not None
+
+
 def setting(default: Any, help: str, *, choices: Sequence[Any] | None = None, minimum: float | None = None,
             below: float | None = None, positive: bool = False, flag: str | None = None,
-            label: str | None = None, workflow: bool = True) -> Any:
+            label: str | None = None, workflow: bool = True, pattern: str | None = None) -> Any:
     """A field of :class:`TrainConfig` with what its flag, schema and checks need.
 
     ``minimum`` / ``below``: the least value / a bound the value stays under; ``positive``: more
     than 0; ``flag``: the ``gnnflow train`` flag (default ``--field-name``); ``label``: its short
     name in a swept run's name; ``workflow``: whether a workflow config sets it (the workflow
-    itself sets the graph, partition, run directory and run id)."""
+    itself sets the graph, partition, run directory and run id); ``pattern``: a regular expression
+    of the values accepted besides ``choices``."""
     meta = {"help": help, "choices": tuple(choices) if choices else None, "minimum": minimum, "below": below,
-            "positive": positive, "flag": flag, "label": label, "workflow": workflow}
+            "positive": positive, "flag": flag, "label": label, "workflow": workflow, "pattern": pattern}
     if default is dataclasses.MISSING:  # required
         return field(metadata=meta)
     if isinstance(default, list | dict):
@@ -76,7 +112,13 @@ class TrainConfig:
     graph: str = setting(dataclasses.MISSING, "graph store directory", workflow=False)
     strategy: str = setting("single", "training strategy", choices=STRATEGIES)
     partition: str | None = setting(None, "partition book directory (distributed strategies)", workflow=False)
-    model: str = setting("sage", "model", choices=MODELS)
+    model: str = setting("sage", f"model: a built-in ({', '.join(MODELS)}) or a layer class that gnnflow stacks "
+                         f"num_layers times ({LAYER_CLASS_FORMS}; docs/models.md)", choices=MODELS,
+                         pattern=LAYER_CLASS)
+    model_opts: dict[str, int | float | bool | str] = setting(
+        {}, "keyword options of a layer class (--model-opt KEY=VALUE, repeatable; the value is read as an "
+        "integer, number, true/false or else a string), given to every layer: Name(in, out, **model_opts)",
+        flag="--model-opt", label="mo")
     hidden: int = setting(64, "hidden features", minimum=1, label="h")
     num_layers: int = setting(2, "number of layers", minimum=1, flag="--layers", label="L")
     fanouts: list[int | dict[str, int]] = setting(
@@ -149,6 +191,13 @@ class TrainConfig:
                                       f"(0: none, -1: all), got {f}")
             elif f == 0 or f < -1:
                 raise ConfigError(f"fanouts: each must be a positive count or -1 (full), got {self.fanouts}")
+        if self.model_opts and not is_layer_class(self.model):
+            raise ConfigError(f"model_opts: the built-in model {self.model!r} takes none (its settings are flags: "
+                              f"--hidden, --heads, --aggregator, ...); --model-opt is for a layer class "
+                              f"({LAYER_CLASS_FORMS})")
+        if is_layer_class(self.model) and any(isinstance(f, dict) for f in self.fanouts):
+            raise ConfigError(f"fanouts: per-relation fanouts with the layer class {self.model!r}: gnnflow gives a "
+                              "layer class untyped blocks; use --model rgcn or rgat, or plain fanouts")
         if self.self_loops and self.relational:
             raise ConfigError("self_loops: a relational run (rgcn/rgat, per-relation fanouts) samples edges by "
                               "relation and an added self-loop has none; RGCN has its own self-loop weight")
@@ -222,7 +271,7 @@ def settings() -> list[dataclasses.Field[Any]]:
 def base_type(f: dataclasses.Field[Any]) -> tuple[str, bool]:
     """A field's type without ``| None`` (``"int"``, ``"list[int]"``, ...) and whether None is allowed."""
     kind = str(f.type).replace(" ", "")
-    if kind.startswith("dict"):
+    if kind.endswith("StrategyOptions"):
         return "dict", False
     return kind.removesuffix("|None"), kind.endswith("|None")
 
@@ -247,12 +296,17 @@ def _checked(f: dataclasses.Field[Any], value: Any) -> Any:
         ok = isinstance(value, list) and all(_is_int(v) or (isinstance(v, dict) and all(
             isinstance(k, str | int) and _is_int(n) for k, n in v.items())) for v in value)
         want = "a list of integers or {relation: count} mappings"
+    elif base == SCALAR_MAP:
+        ok = isinstance(value, dict) and all(isinstance(k, str) and isinstance(v, int | float | bool | str)
+                                             for k, v in value.items())
+        want = "a mapping of names to integers, numbers, true/false or strings"
     else:  # options
         ok, want = isinstance(value, dict | StrategyOptions), "a mapping"
     if not ok:
         raise ConfigError(f"{f.name}: expected {want}, got {value!r}")
-    if meta.get("choices") and value not in meta["choices"]:
-        raise ConfigError(f"{f.name}: unknown {value!r}; choose one of {', '.join(meta['choices'])}"
+    if meta.get("choices") and value not in _choices(f):
+        extra = " or a layer class (" + LAYER_CLASS_FORMS + "; docs/models.md)" if meta.get("pattern") else ""
+        raise ConfigError(f"{f.name}: unknown {value!r}; choose one of {', '.join(meta['choices'])}{extra}"
                           + (" (or leave it unset for the default)" if optional else ""))
     if meta.get("minimum") is not None and value < meta["minimum"]:
         raise ConfigError(f"{f.name}: must be >= {meta['minimum']:g}, got {value}")
@@ -261,6 +315,16 @@ def _checked(f: dataclasses.Field[Any], value: Any) -> Any:
     if meta.get("below") is not None and not value < meta["below"]:
         raise ConfigError(f"{f.name}: must be in [{meta.get('minimum') or 0:g}, {meta['below']:g}), got {value}")
     return value
+
+
+#: the base type of a mapping of names to scalars (``model_opts``)
+SCALAR_MAP = "dict[str,int|float|bool|str]"
+
+
+def _choices(f: dataclasses.Field[Any]) -> tuple[Any, ...] | None:
+    """A setting's choices as its flag offers them (with its ``pattern``: open, :class:`_OpenChoices`)."""
+    choices, pattern = f.metadata.get("choices"), f.metadata.get("pattern")
+    return _OpenChoices(choices, pattern) if choices and pattern else choices
 
 
 def _is_int(v: Any) -> bool:
@@ -324,6 +388,22 @@ def parse_option(text: str) -> tuple[str, Any]:
         return key.strip(), value
 
 
+def parse_scalar_option(text: str, flag: str = "--model-opt") -> tuple[str, int | float | bool | str]:
+    """``KEY=VALUE`` -> ``(KEY, VALUE)`` with VALUE an integer, a number, true/false, or else the string."""
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise ConfigError(f"{flag} {text!r}: expected KEY=VALUE")
+    value = value.strip()
+    if value.lower() in ("true", "false"):
+        return key.strip(), value.lower() == "true"
+    for kind in (int, float):
+        try:
+            return key.strip(), kind(value)
+        except ValueError:
+            pass
+    return key.strip(), value
+
+
 def load_settings(path: str | os.PathLike[str]) -> dict[str, Any]:
     """A YAML file of training settings (``gnnflow train --config``, a recipe, a workflow run's
     settings file) as a mapping."""
@@ -360,6 +440,9 @@ def add_train_arguments(parser: Any, option_flags: Sequence[tuple[str, str, Any,
         help_text = meta["help"] + (f" ({default})" if default and base not in ("bool",) else "")
         if base == "dict":
             parser.add_argument("--opt", action="append", default=[], metavar="KEY=VALUE", help=help_text)
+        elif base == SCALAR_MAP:
+            parser.add_argument(flag, dest=f.name, action="append", default=None, metavar="KEY=VALUE",
+                                help=meta["help"])
         elif base == "bool" and optional:
             group = parser.add_mutually_exclusive_group()
             group.add_argument(flag, dest=f.name, action="store_const", const=True, default=None, help=help_text)
@@ -369,8 +452,8 @@ def add_train_arguments(parser: Any, option_flags: Sequence[tuple[str, str, Any,
             parser.add_argument(flag, dest=f.name, action="store_const", const=True, default=None, help=help_text)
         else:
             typ = {"int": int, "float": float}.get(base, str)
-            parser.add_argument(flag, dest=f.name, type=typ, default=None, choices=meta.get("choices"),
-                                help=help_text)
+            parser.add_argument(flag, dest=f.name, type=typ, default=None, choices=_choices(f),
+                                metavar=f.name.upper() if meta.get("pattern") else None, help=help_text)
     for flag, key, value, help_text in option_flags:
         dest = "optflag_" + key
         if isinstance(value, type):
@@ -388,6 +471,8 @@ def config_from_args(args: Any) -> TrainConfig:
         if f.name == "options":
             continue
         value = getattr(args, f.name, None)
+        if value is not None and base_type(f)[0] == SCALAR_MAP:  # flags add to the file's mapping
+            value = {**(data.get(f.name) or {}), **dict(parse_scalar_option(v, flag_of(f)) for v in value)}
         if value is not None:
             data[f.name] = value
     options = dict(data.get("options") or {})
@@ -427,7 +512,12 @@ def _field_schema(f: dataclasses.Field[Any]) -> dict[str, Any]:
         per_relation = {"type": "object", "minProperties": 1, "additionalProperties": {"type": "integer"}}
         one = {"type": "array", "minItems": 1, "items": {"anyOf": [{"type": "integer"}, per_relation]}}
         return {"description": meta["help"], "anyOf": [one, {"type": "array", "minItems": 1, "items": one}]}
-    if meta.get("choices"):
+    if base == SCALAR_MAP:
+        one = {"type": "object", "additionalProperties": {"type": ["integer", "number", "boolean", "string"]}}
+        return {"description": meta["help"], "anyOf": [one, {"type": "array", "minItems": 1, "items": one}]}
+    if meta.get("choices") and meta.get("pattern"):
+        one = {"anyOf": [{"enum": list(meta["choices"])}, {"type": "string", "pattern": f"^({meta['pattern']})$"}]}
+    elif meta.get("choices"):
         one = {"enum": list(meta["choices"])}
     else:
         one = {"type": {"int": "integer", "float": "number", "bool": "boolean", "str": "string"}[base]}

@@ -20,7 +20,7 @@ from typing import Any
 
 import yaml
 
-from gnnflow.config import STRATEGIES, key_path, settings, settings_schema
+from gnnflow.config import STRATEGIES, key_path, model_label, settings, settings_schema
 from gnnflow.errors import ConfigError
 
 SCHEMA = Path(__file__).resolve().parents[2] / "workflow" / "schemas" / "config.schema.yaml"
@@ -181,7 +181,8 @@ def _as_list(value: Any) -> list[Any]:
 
 
 def _name_part(value: Any) -> str:
-    """A list entry in a run's name: a per-relation fanout reads ``cites10+writes5+rest3``."""
+    """A value in a run's name: a per-relation fanout reads ``cites10+writes5+rest3``, model
+    options ``eps0.1+train_epsTrue``."""
     if isinstance(value, dict):
         return "+".join(f"{'rest' if k == '*' else k}{n}" for k, n in value.items())
     return str(value)
@@ -223,13 +224,14 @@ def expand_runs(config: dict[str, Any]) -> list[RunSpec]:
             if not strategy_info(strategy)[0]:  # single-process: no partition, one rank
                 partition = None
                 values["workers"] = 1
-            parts = [sweep["name"], strategy, dataset, str(values.get("model", "sage")), f"w{values.get('workers', 1)}"]
+            parts = [sweep["name"], strategy, dataset, model_label(str(values.get("model", "sage"))), f"w{values.get('workers', 1)}"]
             if partition:
                 parts.append(partition)
             for k in sorted(varying - {"strategy", "dataset", "partition", "model", "workers"}):
                 if k in values:
                     v = values[k]
-                    parts.append(labels.get(k, k) + ("x".join(map(_name_part, v)) if isinstance(v, list) else str(v)))
+                    parts.append(labels.get(k, k) + ("x".join(map(_name_part, v)) if isinstance(v, list)
+                                                     else _name_part(v)))
                 elif k in options:
                     parts.append(f"{k}{options[k]}")
             name = "-".join(parts)

@@ -1,4 +1,4 @@
-"""``gnnflow verify --strategy S --workers P [--model M] [--fanouts F] [--split-group-size K] [--device D] [--json]``.
+"""``gnnflow verify --strategy S --workers P [--model M (a name or a layer class)] [--fanouts F] [--split-group-size K] [--device D] [--json]``.
 
 Runs the equivalence check of a distributed strategy that claims single-process
 mathematics (data-parallel with a fixed sample, split-parallel, full-batch 1D,
@@ -15,15 +15,23 @@ import argparse
 import json
 from typing import Any
 
-from gnnflow.config import MODELS, RELATIONAL_MODELS, STRATEGIES, parse_fanouts
+from gnnflow.config import (
+    LAYER_CLASS_FORMS,
+    MODELS,
+    RELATIONAL_MODELS,
+    STRATEGIES,
+    is_layer_class,
+    parse_fanouts,
+)
 from gnnflow.errors import ConfigError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--strategy", required=True, help=f"one of {', '.join(STRATEGIES)}")
     parser.add_argument("--workers", type=int, default=4, help="number of ranks (default 4)")
-    parser.add_argument("--model", default=None, choices=MODELS,
-                        help="model to check (default: the strategy's own, e.g. gcn for fullbatch/dgcl, sage otherwise)")
+    parser.add_argument("--model", default=None,
+                        help=f"model to check: {', '.join(MODELS)} or a layer class ({LAYER_CLASS_FORMS}; data and "
+                             "split) (default: the strategy's own, e.g. gcn for fullbatch/dgcl, sage otherwise)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--fanouts", default=None,
                         help="data/split: comma-separated fanouts, input layer first (default 10,10 for data, "
@@ -61,6 +69,9 @@ def main(args: argparse.Namespace) -> int:
         import inspect
 
         args.model = inspect.signature(fn).parameters["model"].default
+    elif args.model not in MODELS and not is_layer_class(args.model):
+        raise ConfigError(f"--model: unknown {args.model!r}; choose one of {', '.join(MODELS)} or a layer class "
+                          f"({LAYER_CLASS_FORMS})")
     kw: dict[str, Any] = {}
     if args.fanouts is not None:
         kw["fanouts"] = parse_fanouts(args.fanouts)

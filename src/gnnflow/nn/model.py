@@ -10,18 +10,29 @@ rows to one width; ``GNN.embed`` runs it, so ``x`` is then :class:`TypedRows`.
 
 Every strategy builds its model with :func:`build_model_from_config` (the
 model settings of a :class:`~gnnflow.config.TrainConfig`, passed unchanged),
-which calls :func:`build_model`, the one constructor.
+which calls :func:`build_model`, the one constructor.  A model given as a layer class
+(``pyg:ConvName``, ``module.path:Name``, ``path/to/file.py:Name``; docs/models.md) is a stack
+of that class's layers (:mod:`gnnflow.nn.layer_class`) in the same :class:`GNN`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from gnnflow.config import AGGREGATORS, HEADED_MODELS, MODELS, RELATIONAL_MODELS, TrainConfig
+from gnnflow.config import (
+    AGGREGATORS,
+    HEADED_MODELS,
+    LAYER_CLASS_FORMS,
+    MODELS,
+    RELATIONAL_MODELS,
+    TrainConfig,
+    is_layer_class,
+)
 from gnnflow.errors import ConfigError
 from gnnflow.nn.dropout import Dropout
 from gnnflow.nn.gat import GATConv
@@ -135,8 +146,10 @@ class GNN(nn.Module):
 def build_model(model: str, in_dim: int, hidden: int, out_dim: int, num_layers: int,
                 dropout: float = 0.0, heads: int = 1, *, out_heads: int = 1, input_dropout: float = 0.0,
                 feat_drop: float = 0.0, attn_drop: float = 0.0, activation: str | None = None,
-                aggregator: str = "mean", num_bases: int = 0, schema: GraphSchema | None = None) -> GNN:
-    """The named model (see :data:`MODEL_NAMES`) with ``num_layers`` layers.
+                aggregator: str = "mean", num_bases: int = 0, schema: GraphSchema | None = None,
+                model_opts: dict[str, Any] | None = None) -> GNN:
+    """The named model (see :data:`MODEL_NAMES`), or a layer class (``model_opts``: its keyword
+    options; :mod:`gnnflow.nn.layer_class`), with ``num_layers`` layers.
 
     GAT, R-GAT: ``heads`` heads of ``hidden`` features in every hidden layer
     (concatenated: the next layer reads ``heads * hidden``), ``out_heads`` heads
@@ -146,8 +159,18 @@ def build_model(model: str, in_dim: int, hidden: int, out_dim: int, num_layers: 
     the typed graph's (relations, vertex types, their feature widths); the input
     layer maps every type to ``hidden`` (``in_dim`` is not used); RGCN: ``num_bases``.
     """
+    if is_layer_class(model):
+        if num_layers < 1:
+            raise ConfigError(f"num_layers: must be >= 1, got {num_layers}")
+        from gnnflow.nn.layer_class import class_layers
+
+        layers = class_layers(model, [in_dim] + [hidden] * (num_layers - 1) + [out_dim], model_opts)
+        return GNN(layers, dropout=dropout, activation=activation or "relu", input_dropout=input_dropout)
     if model not in MODEL_NAMES:
-        raise ConfigError(f"model: unknown model {model!r}; choose one of {', '.join(MODEL_NAMES)}")
+        raise ConfigError(f"model: unknown model {model!r}; choose one of {', '.join(MODEL_NAMES)} or a layer "
+                          f"class ({LAYER_CLASS_FORMS})")
+    if model_opts:
+        raise ConfigError(f"model_opts: the built-in model {model!r} takes none")
     input_layer = None
     if model in RELATIONAL_MODELS:
         if schema is None:
@@ -192,4 +215,4 @@ def build_model_from_config(cfg: TrainConfig, in_dim: int, out_dim: int, model: 
     return build_model(model or cfg.model, in_dim, cfg.hidden, out_dim, cfg.num_layers, cfg.dropout, cfg.heads,
                        out_heads=cfg.out_heads, input_dropout=cfg.input_dropout, feat_drop=cfg.feat_drop,
                        attn_drop=cfg.attn_drop, activation=cfg.activation, aggregator=cfg.aggregator,
-                       num_bases=cfg.num_bases, schema=schema)
+                       num_bases=cfg.num_bases, schema=schema, model_opts=cfg.model_opts)

@@ -112,6 +112,15 @@ class Block:
         return Block(**moved)
 
     @classmethod
+    def empty(cls, device: torch.device | str = "cpu") -> Block:
+        """A block with no vertices (with degrees, for GCN; edge and vertex types, for the relational
+        layers): a layer on it tells its output width without computing anything."""
+        none = torch.zeros(0, dtype=torch.int64, device=device)
+        return cls(dst_ids=none, src_ids=none, indptr=torch.zeros(1, dtype=torch.int64, device=device),
+                   indices=none, src_deg=torch.zeros(0, device=device), dst_deg=torch.zeros(0, device=device),
+                   etypes=none, src_types=none)
+
+    @classmethod
     def full_graph(cls, indptr: np.ndarray | torch.Tensor, indices: np.ndarray | torch.Tensor,
                    etypes: np.ndarray | torch.Tensor | None = None,
                    src_types: np.ndarray | torch.Tensor | None = None) -> Block:

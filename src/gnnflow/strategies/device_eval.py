@@ -60,7 +60,4 @@ def empty_block(device: torch.device) -> Block:
     """A block with no vertices (with degrees, for GCN; edge and vertex types, for the relational
     layers): a layer on it tells its output width without computing anything, on every rank, even
     one that owns no vertex."""
-    none = torch.zeros(0, dtype=torch.int64, device=device)
-    return Block(dst_ids=none, src_ids=none, indptr=torch.zeros(1, dtype=torch.int64, device=device), indices=none,
-                 src_deg=torch.zeros(0, device=device), dst_deg=torch.zeros(0, device=device),
-                 etypes=none, src_types=none)
+    return Block.empty(device)

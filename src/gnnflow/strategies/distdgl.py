@@ -113,6 +113,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from gnnflow.comm.collectives import all_gather
+from gnnflow.config import is_layer_class
 from gnnflow.errors import ConfigError, DistributedError
 from gnnflow.io import ticking
 from gnnflow.options import StrategyOptions, option
@@ -332,6 +333,9 @@ class DistDGLBaseline(Strategy):
 
     @classmethod
     def check_config(cls, cfg: Any) -> None:
+        if is_layer_class(cfg.model):
+            raise ConfigError(f"model {cfg.model}: the DistDGL peer builds DGL's own layers (gnnflow.nn.peer: "
+                              "sage, gcn, gat); a layer class trains under single, data, split, p3 or hec")
         if cfg.graph_degrees:
             raise ConfigError("gcn_degrees=graph: DGL's GraphConv normalises a sampled block by its own "
                               "degrees; run the DistDGL peer with --gcn-degrees block")

@@ -47,7 +47,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from gnnflow.config import TrainConfig
+from gnnflow.config import TrainConfig, model_label
 from gnnflow.errors import ConfigError, RankLost, StoreError
 from gnnflow.io import proc_memory
 from gnnflow.results.schema import EpochRecord, Recorder, write_records
@@ -79,7 +79,7 @@ def run_id_for(cfg: TrainConfig) -> str:
         return cfg.run_id
     if cfg.out:
         return Path(cfg.out).name
-    return f"{cfg.strategy}-{cfg.model}-w{cfg.workers}-s{cfg.seed}-{uuid.uuid4().hex[:6]}"
+    return f"{cfg.strategy}-{model_label(cfg.model)}-w{cfg.workers}-s{cfg.seed}-{uuid.uuid4().hex[:6]}"
 
 
 def dataset_name(graph: str) -> str:

@@ -276,7 +276,8 @@ def sampled_layers(targets: float, fanouts: list[Any], num_nodes: int, num_edges
 
 
 def layer_dims(cfg: Any, in_dim: int, classes: int) -> list[tuple[int, int]]:
-    """(d_in, d_out) of every layer (GAT hidden layers concatenate their heads)."""
+    """(d_in, d_out) of every layer (GAT hidden layers concatenate their heads; a layer class's
+    layers give ``hidden`` and, the last, ``classes`` features: docs/models.md)."""
     heads = int(getattr(cfg, "heads", 1)) if cfg.model in HEADED_MODELS else 1
     dims = []
     d = in_dim

@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import os
 
-from gnnflow.config import TrainConfig
+from gnnflow.config import TrainConfig, is_layer_class
 from gnnflow.data.meta import read_store_meta
 from gnnflow.errors import ConfigError
 from gnnflow.strategies.base import Strategy
@@ -42,7 +42,11 @@ def check_run(cfg: TrainConfig, cls: type[Strategy], memory: bool = True) -> Tra
         raise ConfigError(f"strategy {cfg.strategy!r} runs in one process; use --workers 1")
     cls.check_relational(cfg)
     cls.check_config(cfg)
-    read_store_meta(cfg.graph)  # there, and a graph store of this gnnflow's format
+    meta = read_store_meta(cfg.graph)  # there, and a graph store of this gnnflow's format
+    if is_layer_class(cfg.model):  # an unknown class or option, a layer that breaks the contract: one line now
+        from gnnflow.nn import build_model_from_config
+
+        build_model_from_config(cfg, meta.feature_dim or 1, max(1, meta.num_classes))
     want = cls.book_parts(cfg)
     if cfg.partition and want is not None:
         from gnnflow.partition.book import check_book_matches_graph

@@ -47,6 +47,8 @@ import torch
 import torch.nn.functional as F
 
 from gnnflow.comm.collectives import all_reduce_gradients
+from gnnflow.config import is_layer_class
+from gnnflow.errors import ConfigError
 from gnnflow.results.schema import Recorder
 from gnnflow.runtime.context import RankContext
 from gnnflow.strategies.base import Strategy
@@ -72,6 +74,15 @@ class FullBatchBase(Strategy):
     def batch_shares(cls, cfg: Any) -> None:
         """Full-batch: one step per epoch on every training vertex; no mini-batch."""
         return None
+
+    @classmethod
+    def check_config(cls, cfg: Any) -> None:
+        """A layer class is refused: full-batch training runs gnnflow's own layers on the whole
+        partitioned graph (MG-GCN's hand-written GCN, DGCL's halo exchange per layer)."""
+        if is_layer_class(cfg.model):
+            raise ConfigError(f"model {cfg.model}: strategy {cls.name} needs a GCN-form layer of gnnflow's own "
+                              "(--model gcn); a layer class trains under a layer-wise strategy: single, data, "
+                              "split, p3 or hec")
 
     @classmethod
     def model_name(cls, cfg: Any) -> str:

@@ -221,6 +221,7 @@ class FullBatch(FullBatchBase):
 
     @classmethod
     def check_config(cls, cfg: TrainConfig) -> None:
+        super().check_config(cfg)
         if cfg.model != "gcn":
             raise ConfigError(f"model: strategy fullbatch trains GCN (MG-GCN) only, got {cfg.model!r}; "
                               "use --model gcn")

@@ -18,8 +18,9 @@ layer, which is model-parallel over the **feature dimension**:
 
 Partial activations need layer-specific code (GSplit §5: P3's edge-centric
 split "requires a custom implementation" for GAT).  Layers affine in their
-input (GraphSAGE-mean, GCN, the MLP layer) push partial *outputs* per
-destination, with the bias added once, by the owner.  GAT pushes partial
+input (GraphSAGE-mean, GCN, the MLP layer, and a layer class that declares
+``affine_split``, docs/models.md) push partial *outputs* per destination, with
+the bias added once, by the owner.  GAT pushes partial
 *projections* ``W h`` per source vertex; the owner runs attention and
 aggregation on their sum (its projection replaced by the identity).
 The sum of the partials is the full first layer, so one step equals a
@@ -62,6 +63,13 @@ AFFINE: dict[type, tuple[dict[str, int], tuple[str, ...]]] = {
 PROJECTED: dict[type, str] = {GATConv: "fc.weight"}
 
 
+def affine_split(conv: nn.Module) -> tuple[dict[str, int], tuple[str, ...]] | None:
+    """The input weights ``{name: input axis}`` and biases of a first layer affine in its input:
+    gnnflow's own (:data:`AFFINE`), or a layer class that declares them as ``affine_split``
+    (docs/models.md; :class:`gnnflow.nn.pyg.PyGLayer` does for GraphConv and GCNConv)."""
+    return AFFINE.get(type(conv)) or getattr(conv, "affine_split", None)
+
+
 class _Given(nn.Module):
     """Stands in for a conv whose output is already computed: returns its input."""
 
@@ -85,6 +93,14 @@ def feature_columns(dim: int, parts: int, rank: int) -> np.ndarray:
     return np.array_split(np.arange(dim), parts)[rank]
 
 
+def check_first_layer(net: nn.Module, model: str) -> None:
+    """Refuse a model whose first layer P3 cannot split by feature columns, in one line."""
+    first = net.layers[0]
+    if affine_split(first) is None and type(first) not in PROJECTED:
+        raise ConfigError(f"strategy p3: model {model!r} has no push-pull first layer (P3 splits layer 0 by "
+                          "feature columns: a layer affine in its input declares affine_split, docs/models.md)")
+
+
 def partial_first_layer(conv: nn.Module, block: Block, x_cols: torch.Tensor, cols: torch.Tensor,
                         with_bias: bool) -> torch.Tensor:
     """This rank's share of the first layer on ``block`` from feature columns ``cols``.
@@ -95,8 +111,9 @@ def partial_first_layer(conv: nn.Module, block: Block, x_cols: torch.Tensor, col
     """
     kind = type(conv)
     params = dict(conv.named_parameters())
-    if kind in AFFINE:
-        weights, biases = AFFINE[kind]
+    split = affine_split(conv)
+    if split is not None:
+        weights, biases = split
         override = {n: params[n].index_select(axis, cols) for n, axis in weights.items()}
         for b in biases:
             if b in params and not with_bias:
@@ -179,9 +196,7 @@ class PushPull(MiniBatchStrategy):
             if self.cols_np.size else np.zeros((store.num_nodes, 0), dtype=np.float32)
         self.push_stats = CommStats(size)
         assert self.net is not None
-        kind = type(self.net.layers[0])
-        if kind not in AFFINE and kind not in PROJECTED:
-            raise ConfigError(f"strategy p3: model {self.cfg.model!r} has no push-pull first layer")
+        check_first_layer(self.net, self.cfg.model)
 
     def build_feature_store(self, group: Any) -> None:
         return None  # no input row is fetched: every rank holds its columns of all rows
