@@ -82,7 +82,8 @@ class Row:
                                "host_mib": round(self.host_mib, 1), "settings": self.settings}
         if self.prediction is not None:
             out.update(predicted_epoch_s=self.prediction.epoch_s, reason=self.prediction.reason(),
-                       predicted_stages=self.prediction.stages, dominant=self.prediction.dominant)
+                       predicted_stages=self.prediction.stages, dominant=self.prediction.dominant,
+                       predicted_cpu_s=self.prediction.per_rank_cpu)
         if self.measured is not None:
             out["measured"] = {k: v for k, v in self.measured.items() if k != "per_rank"}
         return out

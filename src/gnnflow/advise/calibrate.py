@@ -88,18 +88,32 @@ class Calibration:
             return self.collectives[str(workers)]
         if not self.collectives:
             raise ConfigError("calibration: no collective figures; rerun gnnflow advise --calibrate")
-        have = sorted(int(k) for k in self.collectives)
+        have = sorted(int(k) for k in self.collectives if int(k) > 1 or workers <= 1) or \
+            sorted(int(k) for k in self.collectives)
         near = min(have, key=lambda k: abs(math.log2(max(k, 1)) - math.log2(max(workers, 1))))
         out = dict(self.collectives[str(near)])
         scale = max(1.0, math.log2(max(workers, 2))) / max(1.0, math.log2(max(near, 2)))
         for k in ("latency", "allreduce_latency"):
             out[k] = out[k] * scale
-        cores = os.cpu_count() or 1
-        out["cores"] = min(float(workers), max(out.get("cores", 1.0), min(workers, cores) * 0.9))
+        from gnnflow.advise.collectives import usable_cores
+
+        out["cores"] = float(min(workers, usable_cores())) * out.get("cores", 1.0) / max(1.0, min(near, usable_cores()))
         return out
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=1, sort_keys=True)
+
+
+def refresh_host(cal: Calibration, workers: list[int]) -> None:
+    """Measure the host's state again (a few seconds): the cores P busy processes get now and the
+    speed-up of every core's threads, for a host whose other work changes (the bench does this
+    before each configuration; a quiet host needs it never)."""
+    from gnnflow.advise.collectives import host_cores
+
+    for p in sorted({1, *workers}):
+        entry = cal.collectives.setdefault(str(p), dict(cal.net(p)) if cal.collectives else {})
+        entry["cores"] = host_cores(p)
+    cal.threads = calibrate_threads(*calibration_graph(nodes=20_000))
 
 
 def read_calibration(path: str | os.PathLike[str]) -> Calibration:
@@ -329,10 +343,11 @@ def calibrate_threads(indptr: np.ndarray, indices: np.ndarray) -> float:
     """Wall-time speed-up of a mid-size SAGE forward/backward with every core's thread over one."""
     import torch.nn.functional as F
 
+    from gnnflow.advise.collectives import usable_cores
     from gnnflow.config import TrainConfig
     from gnnflow.nn import build_model_from_config
 
-    cores = os.cpu_count() or 1
+    cores = usable_cores()
     if cores == 1:
         return 1.0
     cfg = TrainConfig(graph="-", model="sage", hidden=128, num_layers=2, fanouts=[10, 10])
@@ -353,7 +368,7 @@ def calibrate_threads(indptr: np.ndarray, indices: np.ndarray) -> float:
         many = _wall(fb, 5)
     finally:
         torch.set_num_threads(before)
-    return float(max(1.0, min(cores, one / max(many, 1e-9))))
+    return float(max(0.05, min(cores, one / max(many, 1e-9))))
 
 
 def calibrate_dgl(indptr: np.ndarray, indices: np.ndarray) -> dict[str, float]:
@@ -443,7 +458,7 @@ def calibrate(workers: list[int], device: str = "cpu", models: tuple[str, ...] =
         cal.layers.update({f"{m}@cuda": v for m, v in calibrate_layers(indptr, indices, models, "cuda",
                                                                        progress).items()})
     if collectives:
-        for p in workers:
+        for p in sorted({1, *workers}):
             progress(f"calibrating: collectives on {p} local ranks")
             cal.collectives[str(p)] = calibrate_collectives(p)
     return cal

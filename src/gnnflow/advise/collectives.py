@@ -29,16 +29,21 @@ def _fit(sizes: list[float], times: list[float]) -> tuple[float, float]:
     return lat, max(float(coef[1]), 0.0)
 
 
-def _median_time(fn: Any, repeats: int) -> float:
+def _median_time(fn: Any, repeats: int, cpu: list[float] | None = None) -> float:
+    """Median wall seconds of ``fn`` (a collective) after a barrier; ``cpu`` gets the median CPU
+    seconds of this thread in it."""
     import torch.distributed as dist
 
     fn()
-    out = []
+    out, used = [], []
     for _ in range(repeats):
         dist.barrier()
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.thread_time()
         fn()
         out.append(time.perf_counter() - t)
+        used.append(time.thread_time() - c)
+    if cpu is not None:
+        cpu.append(float(np.median(used)))
     return float(np.median(out))
 
 
@@ -65,20 +70,20 @@ def collectives_rank(ctx: Any, repeats: int) -> dict[str, float]:
         times.append(_median_time(lambda t=t: dist.all_reduce(t), repeats))
         sizes.append(4.0 * n)
     ar_lat, ar_byte = _fit(sizes, times)
-    sizes, times = [], []
+    sizes, times, cpu = [], [], []
     for n in (1, 1024, 16384, 131072):
         parts = [torch.zeros(n, dtype=torch.int64) for _ in range(p)]
-        times.append(_median_time(lambda parts=parts, n=n: alltoallv(parts, None, [n] * p, kind=HOST), repeats))
+        times.append(_median_time(lambda parts=parts, n=n: alltoallv(parts, None, [n] * p, kind=HOST), repeats, cpu))
         sizes.append(8.0 * n * (p - 1))
     lat, per_byte = _fit(sizes, times)
     dist.barrier()
-    wall, cpu = _spin()
+    spin_wall, spin_cpu = _spin()
     shares = [torch.zeros(1) for _ in range(p)]
-    dist.all_gather(shares, torch.tensor([cpu / max(wall, 1e-9)]))
-    figures = torch.tensor([ar_lat, ar_byte, lat, per_byte])
+    dist.all_gather(shares, torch.tensor([spin_cpu / max(spin_wall, 1e-9)]))
+    figures = torch.tensor([ar_lat, ar_byte, lat, per_byte, cpu[0]])
     dist.all_reduce(figures, op=dist.ReduceOp.MAX)
     return {"allreduce_latency": float(figures[0]), "allreduce_byte": float(figures[1]),
-            "latency": float(figures[2]), "byte": float(figures[3]),
+            "latency": float(figures[2]), "byte": float(figures[3]), "latency_cpu": float(figures[4]),
             "cores": float(min(p, sum(float(s) for s in shares)))}
 
 
@@ -86,9 +91,48 @@ def calibrate_collectives(workers: int, repeats: int = 15, timeout_s: float = 30
     """The figures of ``workers`` local ranks (see the module docstring); one rank: the host
     share of one busy process."""
     if workers <= 1:
-        wall, cpu = _spin()
-        return {"allreduce_latency": 0.0, "allreduce_byte": 0.0, "latency": 0.0, "byte": 0.0,
-                "cores": float(min(1.0, cpu / max(wall, 1e-9)))}
+        return {"allreduce_latency": 0.0, "allreduce_byte": 0.0, "latency": 0.0, "byte": 0.0, "latency_cpu": 0.0,
+                "cores": host_cores(1)}
     from gnnflow.runtime.launch import run_ranks
 
-    return run_ranks(collectives_rank, workers, repeats, timeout_s=timeout_s)[0]
+    return run_ranks(collectives_rank, workers, repeats, timeout_s=timeout_s, threads_per_rank=rank_threads(workers))[0]
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity; ``os.cpu_count()`` where unknown)."""
+    import os
+
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def rank_threads(workers: int) -> int:
+    """Torch threads per rank: the usable cores shared out, at least one."""
+    return max(1, usable_cores() // max(1, workers))
+
+
+SPIN = (
+    "import time, numpy as np\n"
+    "a = np.random.default_rng(0).standard_normal(200000)\n"
+    "w, c = time.perf_counter(), time.process_time()\n"
+    "for _ in range({n}): np.sort(a)\n"
+    "print(time.perf_counter() - w, time.process_time() - c)\n"
+)
+
+
+def host_cores(workers: int, loops: int = 40) -> float:
+    """How many cores' worth of CPU ``workers`` busy processes get on this host now: they run the
+    same loop at once (fresh interpreters, no torch) and their CPU / wall shares are added up."""
+    import subprocess
+    import sys
+
+    procs = [subprocess.Popen([sys.executable, "-c", SPIN.format(n=loops)], stdout=subprocess.PIPE, text=True)
+             for _ in range(max(1, workers))]
+    total = 0.0
+    for proc in procs:
+        out, _ = proc.communicate(timeout=300)
+        wall, cpu = (float(x) for x in out.split())
+        total += cpu / max(wall, 1e-9)
+    return float(min(max(1, workers), total))

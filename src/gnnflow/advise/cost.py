@@ -45,10 +45,12 @@ from gnnflow.advise.features import model_terms, param_count
 
 STAGES = ("sample", "load", "forward_backward", "comm", "allreduce", "step", "glue", "wait")
 #: per-iteration Python work of each strategy beyond the measured pieces, in small torch
-#: operations (the calibration's ``op``); fitted on the default graph's runs (docs/advise.md)
+#: operations (the calibration's ``op``); fitted on this repository's runs (docs/advise.md)
 GLUE = {"single": 40.0, "data": 150.0, "distdgl": 400.0, "split": 250.0, "p3": 250.0, "hec": 250.0,
         "fullbatch": 200.0, "dgcl": 200.0}
-#: collectives on the training thread per iteration besides the all-reduce (lock-step waits)
+#: in-training cost of a stage over its microbenchmark (other threads of the rank, caches shared
+#: with the pipeline's threads); fitted with GLUE (docs/advise.md)
+EFFICIENCY = {"sample": 1.0, "load": 1.0, "forward_backward": 1.0}
 ID_BYTES = 8
 
 
@@ -59,13 +61,15 @@ class Prediction:
     epoch_s: float
     stages: dict[str, float]
     per_rank_s: list[float] = field(default_factory=list)
+    #: each rank's CPU seconds (its stages before the core share and the waits)
+    per_rank_cpu: list[float] = field(default_factory=list)
 
     @property
     def dominant(self) -> str:
         return max(self.stages, key=lambda k: self.stages[k]) if self.stages else ""
 
     def reason(self) -> str:
-        """The dominant stage and its share, e.g. ``forward_backward 61 %``."""
+        """The dominant stages and their shares, e.g. ``forward_backward 61 %, sample 20 %``."""
         if not self.epoch_s or not self.stages:
             return ""
         top = sorted(self.stages.items(), key=lambda kv: -kv[1])[:2]
@@ -89,6 +93,41 @@ class Setting:
         return max(1, -(-self.workers // max(1, self.nnodes)))
 
 
+class Rank:
+    """One rank's epoch: CPU seconds and waits per stage."""
+
+    def __init__(self, cal: Calibration, st: Setting) -> None:
+        self.cal, self.st = cal, st
+        self.net = cal.net(st.local_ranks) if st.workers > 1 else {
+            "latency": 0.0, "byte": 0.0, "latency_cpu": 0.0, "allreduce_latency": 0.0, "allreduce_byte": 0.0}
+        self.cpu: dict[str, float] = {}
+        self.wait: dict[str, float] = {}
+
+    def work(self, stage: str, seconds: float) -> None:
+        self.cpu[stage] = self.cpu.get(stage, 0.0) + seconds * EFFICIENCY.get(stage, 1.0)
+
+    def exchange(self, stage: str, collectives: float, nbytes: float = 0.0, waits: bool = True) -> None:
+        """``collectives`` lock-step exchanges moving ``nbytes``: their CPU, and their latency as a
+        wait when they run on the training thread (``waits``)."""
+        if self.st.workers <= 1:
+            return
+        self.cpu[stage] = self.cpu.get(stage, 0.0) + collectives * self.net.get("latency_cpu", 0.0) \
+            + nbytes * self.net["byte"]
+        if waits:
+            self.wait[stage] = self.wait.get(stage, 0.0) + collectives * self.net["latency"]
+
+    def allreduce(self, iterations: int, params: int) -> None:
+        if self.st.workers <= 1:
+            return
+        self.cpu["allreduce"] = self.cpu.get("allreduce", 0.0) + iterations * (
+            4.0 * params * self.net["allreduce_byte"] + self.net.get("latency_cpu", 0.0))
+        self.wait["allreduce"] = self.wait.get("allreduce", 0.0) + iterations * self.net["allreduce_latency"]
+
+    def step(self, iterations: int, params: int, strategy: str) -> None:
+        self.cpu["step"] = self.cpu.get("step", 0.0) + iterations * (self.cal.step["call"] + self.cal.step["param"] * params)
+        self.cpu["glue"] = self.cpu.get("glue", 0.0) + iterations * GLUE[strategy] * self.cal.op
+
+
 # ------------------------------------------------------------------------------------------ pieces
 def sample_hops(cal: Calibration, layers: list[tuple[float, float, float]], num_nodes: int,
                 per_edge: float | None = None, per_hop: float | None = None) -> float:
@@ -108,28 +147,12 @@ def gather_s(cal: Calibration, rows: float, dim: int, calls: float = 1.0) -> flo
     return calls * g["call"] + rows * (g["row"] + g["byte"] * 4.0 * dim)
 
 
-def fb_s(cal: Calibration, st: Setting, layers: list[tuple[float, float, float]], in_dim: int | None = None,
-         model: str | None = None) -> float:
+def fb_s(cal: Calibration, st: Setting, layers: list[tuple[float, float, float]], in_dim: int | None = None) -> float:
     """Forward + backward seconds of one batch's blocks (one thread)."""
-    key = f"{model or st.cfg.model}@cuda" if st.device == "cuda" else (model or st.cfg.model)
-    coef = cal.layer_coefficients(key if key in cal.layers else (model or st.cfg.model))
+    model = st.cfg.model
+    key = f"{model}@cuda" if st.device == "cuda" and f"{model}@cuda" in cal.layers else model
     terms = model_terms(st.cfg, layers, st.feature_dim if in_dim is None else in_dim, st.num_classes)
-    return float(terms @ coef)
-
-
-def net_s(net: dict[str, float], nbytes: float, collectives: float) -> float:
-    """Latency of ``collectives`` lock-step exchanges plus the seconds of ``nbytes`` sent."""
-    return collectives * net["latency"] + nbytes * net["byte"]
-
-
-def allreduce_s(net: dict[str, float], params: int, workers: int) -> float:
-    if workers <= 1:
-        return 0.0
-    return net["allreduce_latency"] + 4.0 * params * net["allreduce_byte"]
-
-
-def step_s(cal: Calibration, params: int) -> float:
-    return cal.step["call"] + cal.step["param"] * params
+    return float(terms @ cal.layer_coefficients(key))
 
 
 def layer_tuples(w: RankWork) -> list[tuple[float, float, float]]:
@@ -138,106 +161,69 @@ def layer_tuples(w: RankWork) -> list[tuple[float, float, float]]:
 
 def share(cal: Calibration, st: Setting) -> float:
     """The core share one rank gets (see the module docstring)."""
-    if st.workers <= 1:
-        return 1.0
-    net = cal.net(st.local_ranks)
+    net = cal.net(st.local_ranks) if cal.collectives else {}
     return min(1.0, max(1e-3, net.get("cores", 1.0)) / st.local_ranks)
 
 
-def finish(cal: Calibration, st: Setting, cpu: list[dict[str, float]], waits: list[dict[str, float]]) -> Prediction:
-    """The epoch from per-rank CPU seconds and waits per stage (see the module docstring)."""
+def finish(cal: Calibration, st: Setting, ranks: list[Rank]) -> Prediction:
+    """The epoch from the ranks' CPU seconds and waits (see the module docstring)."""
     f = share(cal, st)
     per_rank = []
-    for c, w in zip(cpu, waits, strict=True):
-        per_rank.append({k: c.get(k, 0.0) / f + w.get(k, 0.0) for k in set(c) | set(w)})
-    totals = [sum(r.values()) for r in per_rank]
+    for r in ranks:
+        per_rank.append({k: r.cpu.get(k, 0.0) / f + r.wait.get(k, 0.0) for k in set(r.cpu) | set(r.wait)})
+    totals = [sum(x.values()) for x in per_rank]
     slow = int(np.argmax(totals))
     stages = {k: float(v) for k, v in sorted(per_rank[slow].items()) if v > 0}
-    return Prediction(epoch_s=float(totals[slow]), stages=stages, per_rank_s=[float(t) for t in totals])
+    return Prediction(epoch_s=float(totals[slow]), stages=stages, per_rank_s=[float(t) for t in totals],
+                      per_rank_cpu=[float(sum(r.cpu.values())) for r in ranks])
+
+
+def remote_sampling(r: Rank, w: RankWork, waits: bool) -> None:
+    """A data-parallel rank's sampling exchanges: per hop beyond the targets' request counts, ids
+    and replies (3 collectives); the sampling it does for its peers."""
+    cal = r.cal
+    r.work("sample", cal.sampler["row"] * w.count("served_seeds") + cal.sampler["edge"] * w.count("served_edges"))
+    r.exchange("sample", 3 * w.count("exchange_hops"),
+               ID_BYTES * (w.count("remote_seeds") + w.count("served_seeds") + w.count("served_edges")), waits)
 
 
 # ------------------------------------------------------------------------------------------ strategies
 def predict_single(cal: Calibration, st: Setting, works: list[RankWork]) -> Prediction:
-    w = works[0]
-    cfg, it = st.cfg, w.iterations
+    w, cfg = works[0], st.cfg
+    it = w.iterations
     params = param_count(cfg, st.feature_dim, st.num_classes)
     layers = layer_tuples(w)
-    fb = fb_s(cal, st, layers) / max(1.0, cal.threads)
-    if cfg.options.full_batch:
-        cpu = {"forward_backward": fb, "step": step_s(cal, params), "glue": GLUE["single"] * cal.op}
-        return finish(cal, st, [cpu], [{}])
-    cpu = {"sample": it * sample_hops(cal, layers, st.num_nodes),
-           "load": gather_s(cal, w.count("features_loaded"), st.feature_dim, it),
-           "forward_backward": it * fb, "step": it * step_s(cal, params), "glue": it * GLUE["single"] * cal.op}
-    return finish(cal, st, [cpu], [{}])
+    r = Rank(cal, st)
+    r.work("forward_backward", it * fb_s(cal, st, layers) / cal.threads)
+    if not cfg.options.full_batch:
+        r.work("sample", it * sample_hops(cal, layers, st.num_nodes))
+        r.work("load", gather_s(cal, w.count("features_loaded"), st.feature_dim, it))
+    r.step(it, params, "single")
+    return finish(cal, st, [r])
 
 
 def predict_data(cal: Calibration, st: Setting, works: list[RankWork]) -> Prediction:
-    """Data-parallel ranks (``data``; also the base of P3 and DistDGL below)."""
-    cfg, p = st.cfg, st.workers
-    net = cal.net(st.local_ranks)
+    """Data-parallel ranks: sample (own hops, remote hops through the owners), load (own rows,
+    cache hits, rows from the owners, rows served to them), forward/backward, all-reduce, step."""
+    cfg = st.cfg
     params = param_count(cfg, st.feature_dim, st.num_classes)
     f_bytes = 4.0 * st.feature_dim
-    cpu, waits = [], []
+    inline = not cfg.options.pipeline
+    ranks = []
     for w in works:
-        it = w.iterations
-        layers = layer_tuples(w)
-        sample = it * sample_hops(cal, layers, st.num_nodes) + cal.sampler["row"] * w.count("served_seeds") \
-            + cal.sampler["edge"] * w.count("served_edges")
-        sample_bytes = ID_BYTES * (w.count("remote_seeds") + w.count("served_seeds") + w.count("served_edges"))
-        exch = w.count("exchange_hops") * 3  # per hop: request counts, ids, replies
+        it, layers, r = w.iterations, layer_tuples(w), Rank(cal, st)
+        r.work("sample", it * sample_hops(cal, layers, st.num_nodes))
+        remote_sampling(r, w, inline)
         remote = w.count("remote_features")
-        load = gather_s(cal, w.count("local_rows") + w.count("served_rows"), st.feature_dim, it) \
-            + (w.count("cache_hits") + remote) * f_bytes * cal.gather["scatter"]
-        load_bytes = remote * (ID_BYTES + f_bytes) + w.count("served_rows") * (ID_BYTES + f_bytes)
-        load_coll = 3 * it if p > 1 else 0
-        if cfg.graph_degrees:  # whole-graph degrees come with the features
-            load_bytes += (w.count("remote_features") + w.count("cache_hits")) * (ID_BYTES + 8)
-            load_coll *= 2
-        c = {"sample": sample + sample_bytes * net["byte"], "load": load + load_bytes * net["byte"],
-             "forward_backward": it * fb_s(cal, st, layers), "step": it * step_s(cal, params),
-             "allreduce": it * 4.0 * params * net["allreduce_byte"] if p > 1 else 0.0,
-             "glue": it * GLUE["data"] * cal.op}
-        wt = {"allreduce": it * net["allreduce_latency"] if p > 1 else 0.0}
-        if not cfg.options.pipeline:  # the exchanges wait on the training thread
-            wt["sample"] = exch * net["latency"]
-            wt["load"] = load_coll * net["latency"]
-        cpu.append(c)
-        waits.append(wt)
-    return finish(cal, st, cpu, waits)
-
-
-def predict_p3(cal: Calibration, st: Setting, works: list[RankWork]) -> Prediction:
-    """P3*: data-parallel sampling, then every rank computes the first layer of every micro-batch
-    on its feature columns and pushes the partials to their owners."""
-    cfg, p = st.cfg, st.workers
-    net = cal.net(st.local_ranks)
-    params = param_count(cfg, st.feature_dim, st.num_classes)
-    cols = max(1, st.feature_dim // max(1, p))
-    cpu, waits = [], []
-    for w in works:
-        it = w.iterations
-        layers = layer_tuples(w)
-        sample = it * sample_hops(cal, layers, st.num_nodes) + cal.sampler["row"] * w.count("served_seeds") \
-            + cal.sampler["edge"] * w.count("served_edges")
-        sample_bytes = ID_BYTES * (w.count("remote_seeds") + w.count("served_seeds") + w.count("served_edges")
-                                   + w.count("structure_ids"))
-        first = (w.per_iteration("first_layer_dst"), w.per_iteration("first_layer_src"),
-                 w.per_iteration("first_layer_edges"))
-        rest = fb_s(cal, st, layers) - _first_layer_s(cal, st, layers[0], st.feature_dim)
-        fb = _first_layer_s(cal, st, first, cols) + rest
-        push_bytes = 4.0 * w.count("push_floats") * 2  # the push forward, the pull backward
-        c = {"sample": sample + sample_bytes * net["byte"],
-             "load": gather_s(cal, w.count("column_rows"), cols, it),
-             "forward_backward": it * fb, "comm": push_bytes * net["byte"],
-             "step": it * step_s(cal, params), "allreduce": it * 4.0 * params * net["allreduce_byte"],
-             "glue": it * GLUE["p3"] * cal.op}
-        wt = {"allreduce": it * net["allreduce_latency"], "comm": it * 2 * net["latency"]}
-        if not cfg.options.pipeline:
-            wt["sample"] = (w.count("exchange_hops") * 3 + it) * net["latency"]
-        cpu.append(c)
-        waits.append(wt)
-    return finish(cal, st, cpu, waits)
+        r.work("load", gather_s(cal, w.count("local_rows") + w.count("served_rows"), st.feature_dim, it)
+               + (w.count("cache_hits") + remote) * f_bytes * cal.gather["scatter"])
+        coll = 3 * it * (2 if cfg.graph_degrees else 1)  # whole-graph degrees come the same way
+        r.exchange("load", coll, (remote + w.count("served_rows")) * (ID_BYTES + f_bytes), inline)
+        r.work("forward_backward", it * fb_s(cal, st, layers))
+        r.allreduce(it, params)
+        r.step(it, params, "data")
+        ranks.append(r)
+    return finish(cal, st, ranks)
 
 
 def _first_layer_s(cal: Calibration, st: Setting, layer: tuple[float, float, float], in_dim: int) -> float:
@@ -250,76 +236,86 @@ def _first_layer_s(cal: Calibration, st: Setting, layer: tuple[float, float, flo
     return float(terms @ cal.layer_coefficients(st.cfg.model))
 
 
+def predict_p3(cal: Calibration, st: Setting, works: list[RankWork]) -> Prediction:
+    """P3*: data-parallel sampling plus the first blocks' structure to every rank (one all-gather
+    of pickled blocks), this rank's feature columns of every micro-batch's inputs, the first layer
+    of every micro-batch on those columns, the push of the partials and the pull of their
+    gradients, the layers above as data-parallel."""
+    cfg, p = st.cfg, st.workers
+    params = param_count(cfg, st.feature_dim, st.num_classes)
+    cols = max(1, st.feature_dim // max(1, p))
+    inline = not cfg.options.pipeline
+    ranks = []
+    for w in works:
+        it, layers, r = w.iterations, layer_tuples(w), Rank(cal, st)
+        r.work("sample", it * sample_hops(cal, layers, st.num_nodes))
+        remote_sampling(r, w, inline)
+        r.exchange("sample", 3 * it, ID_BYTES * w.count("structure_ids"), inline)
+        r.work("load", gather_s(cal, w.count("column_rows"), cols, it))
+        first = (w.per_iteration("first_layer_dst"), w.per_iteration("first_layer_src"),
+                 w.per_iteration("first_layer_edges"))
+        rest = fb_s(cal, st, layers) - _first_layer_s(cal, st, layers[0], st.feature_dim)
+        r.work("forward_backward", it * (_first_layer_s(cal, st, first, cols) + rest))
+        r.exchange("comm", 2 * 2 * it, 4.0 * w.count("push_floats") * 2)  # push forward, pull backward
+        r.allreduce(it, params)
+        r.step(it, params, "p3")
+        ranks.append(r)
+    return finish(cal, st, ranks)
+
+
 def predict_split(cal: Calibration, st: Setting, works: list[RankWork]) -> Prediction:
     """Split parallelism: the rank's share of one global batch; per layer one id exchange when
-    sampling and one row shuffle forward and backward."""
-    cfg, p = st.cfg, st.workers
-    net = cal.net(st.local_ranks)
+    sampling (two collectives) and one row shuffle forward and one backward (two each)."""
+    cfg = st.cfg
     params = param_count(cfg, st.feature_dim, st.num_classes)
-    cpu, waits = [], []
+    inline = not cfg.options.pipeline
+    ranks = []
     for w in works:
-        it = w.iterations
-        layers = layer_tuples(w)
+        it, layers, r = w.iterations, layer_tuples(w), Rank(cal, st)
         nl = len(layers)
-        sample = it * sample_hops(cal, layers, st.num_nodes)
-        sample_bytes = ID_BYTES * (w.count("remote_seeds") + w.count("served_seeds"))
-        shuffle_bytes = 4.0 * (w.count("shuffle_floats") + w.count("shuffle_sent_floats")) * 2  # fwd + bwd
-        c = {"sample": sample + sample_bytes * net["byte"],
-             "load": gather_s(cal, w.count("local_rows"), st.feature_dim, it),
-             "forward_backward": it * fb_s(cal, st, layers), "comm": shuffle_bytes * net["byte"],
-             "step": it * step_s(cal, params), "allreduce": it * 4.0 * params * net["allreduce_byte"],
-             "glue": it * GLUE["split"] * cal.op}
-        wt = {"allreduce": it * net["allreduce_latency"], "comm": it * nl * 2 * 2 * net["latency"]}
-        if not cfg.options.pipeline:
-            wt["sample"] = it * nl * 2 * net["latency"]
-        if p <= 1:
-            c["comm"], wt = 0.0, {}
-        cpu.append(c)
-        waits.append(wt)
-    return finish(cal, st, cpu, waits)
+        r.work("sample", it * sample_hops(cal, layers, st.num_nodes))
+        r.exchange("sample", 2 * nl * it, ID_BYTES * (w.count("remote_seeds") + w.count("served_seeds")), inline)
+        r.work("load", gather_s(cal, w.count("local_rows"), st.feature_dim, it))
+        r.work("forward_backward", it * fb_s(cal, st, layers))
+        r.exchange("comm", 2 * 2 * nl * it, 4.0 * (w.count("shuffle_floats") + w.count("shuffle_sent_floats")) * 2)
+        r.allreduce(it, params)
+        r.step(it, params, "split")
+        ranks.append(r)
+    return finish(cal, st, ranks)
 
 
-def hec_hit_rate(cfg: Any, w: RankWork, workers: int, layer: int) -> float:
-    """The share of a layer's halo sources found in the cache: what the peers pushed within the
-    life span (``ls`` iterations, at most ``nc`` per peer and iteration) over the halo vertices,
-    at most 1 (DistGNN-MB §3.2; a rough figure: pushes go to the vertices in the batches)."""
+def hec_hit_rate(cfg: Any, w: RankWork, workers: int) -> float:
+    """The share of halo lookups that hit: what the peers pushed within the life span (``ls``
+    iterations, at most ``nc`` per peer, layer and iteration) over the rank's halo vertices, at
+    most 1 (DistGNN-MB §3.2; a rough figure: pushes go to the vertices in the batches)."""
     opts = cfg.options
     if opts.cache_lines == 0 or workers <= 1:
         return 0.0
-    pushed = min(w.per_iteration("push_rows") / max(1, len(w.layers)), (workers - 1) * opts.pushes_per_rank)
-    halo = max(1.0, w.count("halo"))
-    return float(min(1.0, pushed * max(1, opts.life_span) / halo))
+    pushed = w.per_iteration("push_rows") / max(1, len(w.layers))
+    return float(min(1.0, pushed * max(1, opts.life_span) / max(1.0, w.count("halo"))))
 
 
 def predict_hec(cal: Calibration, st: Setting, works: list[RankWork]) -> Prediction:
-    """DistGNN-MB: local sampling and features; per layer the AEP push and the cache lookup, and
-    the layer over the solid sources and the cached halo rows."""
+    """DistGNN-MB: local sampling and features; per layer the AEP push (three collectives) and
+    the cache lookup, then the layer over the solid sources and the halo rows that hit."""
     cfg, p = st.cfg, st.workers
-    net = cal.net(st.local_ranks)
     params = param_count(cfg, st.feature_dim, st.num_classes)
-    cpu, waits = [], []
+    ranks = []
     for w in works:
-        it = w.iterations
-        layers = layer_tuples(w)
-        kept = []
-        for i, (dst, src, edges) in enumerate(layers):
-            h = hec_hit_rate(cfg, w, p, i)
-            miss_src = w.per_iteration(f"halo_src_l{i}") * (1 - h)
-            miss_edges = w.per_iteration(f"halo_edges_l{i}") * (1 - h)
-            kept.append((dst, src - miss_src, edges - miss_edges))
-        push_bytes = 4.0 * (w.count("push_floats") + w.count("push_floats_sent")) + 2 * ID_BYTES * w.count("push_rows")
-        lookups = w.count("halo_sources") * cal.gather["row"]
-        c = {"sample": it * sample_hops(cal, layers, st.num_nodes),
-             "load": gather_s(cal, w.count("local_rows"), st.feature_dim, it),
-             "forward_backward": it * fb_s(cal, st, kept) + lookups,
-             "comm": push_bytes * net["byte"], "step": it * step_s(cal, params),
-             "allreduce": it * 4.0 * params * net["allreduce_byte"] if p > 1 else 0.0,
-             "glue": it * GLUE["hec"] * cal.op}
-        wt = {"allreduce": it * net["allreduce_latency"] if p > 1 else 0.0,
-              "comm": it * len(layers) * 3 * net["latency"] if p > 1 and cfg.options.cache_lines != 0 else 0.0}
-        cpu.append(c)
-        waits.append(wt)
-    return finish(cal, st, cpu, waits)
+        it, layers, r = w.iterations, layer_tuples(w), Rank(cal, st)
+        h = hec_hit_rate(cfg, w, p)
+        kept = [(dst, src - w.per_iteration(f"halo_src_l{i}") * (1 - h),
+                 edges - w.per_iteration(f"halo_edges_l{i}") * (1 - h)) for i, (dst, src, edges) in enumerate(layers)]
+        r.work("sample", it * sample_hops(cal, layers, st.num_nodes))
+        r.work("load", gather_s(cal, w.count("local_rows"), st.feature_dim, it))
+        r.work("forward_backward", it * fb_s(cal, st, kept) + w.count("halo_sources") * cal.gather["row"])
+        if cfg.options.cache_lines != 0:
+            nbytes = 4.0 * (w.count("push_floats") + w.count("push_floats_sent")) + 2 * ID_BYTES * w.count("push_rows")
+            r.exchange("comm", 3 * len(layers) * it, nbytes)
+        r.allreduce(it, params)
+        r.step(it, params, "hec")
+        ranks.append(r)
+    return finish(cal, st, ranks)
 
 
 def predict_distdgl(cal: Calibration, st: Setting, works: list[RankWork]) -> Prediction:
@@ -327,27 +323,24 @@ def predict_distdgl(cal: Calibration, st: Setting, works: list[RankWork]) -> Pre
     rows by RPC from the servers, DGL's layers (their calibrated ratio to ours), DDP's all-reduce.
     Sampler processes and servers compete for the same cores, so their work is the rank's."""
     cfg = st.cfg
-    net = cal.net(st.local_ranks)
     params = param_count(cfg, st.feature_dim, st.num_classes)
     dgl = cal.dgl or {}
-    ratio = dgl.get("layer_ratio", 1.0)
     f_bytes = 4.0 * st.feature_dim
-    cpu, waits = [], []
+    inline = cfg.options.num_samplers == 0
+    ranks = []
     for w in works:
-        it = w.iterations
-        layers = layer_tuples(w)
-        sample = it * sample_hops(cal, layers, st.num_nodes, per_edge=dgl.get("edge"), per_hop=dgl.get("hop"))
+        it, layers, r = w.iterations, layer_tuples(w), Rank(cal, st)
         remote = w.count("remote_features")
-        rpc_bytes = ID_BYTES * (w.count("remote_seeds") + w.count("served_edges")) + remote * (ID_BYTES + f_bytes)
-        c = {"sample": sample, "load": gather_s(cal, w.count("input_vertices"), st.feature_dim, it)
-             + remote * f_bytes * cal.gather["scatter"] + 2 * rpc_bytes * net["byte"],
-             "forward_backward": it * ratio * fb_s(cal, st, layers), "step": it * step_s(cal, params),
-             "allreduce": it * 4.0 * params * net["allreduce_byte"], "glue": it * GLUE["distdgl"] * cal.op}
-        wt = {"allreduce": it * net["allreduce_latency"],
-              "wait": it * (len(layers) + 1) * 2 * net["latency"] if cfg.options.num_samplers == 0 else 0.0}
-        cpu.append(c)
-        waits.append(wt)
-    return finish(cal, st, cpu, waits)
+        r.work("sample", it * sample_hops(cal, layers, st.num_nodes, per_edge=dgl.get("edge"), per_hop=dgl.get("hop")))
+        r.exchange("sample", 2 * len(layers) * it, ID_BYTES * (w.count("remote_seeds") + w.count("served_edges")) * 2,
+                   inline)
+        r.work("load", gather_s(cal, w.count("input_vertices"), st.feature_dim, it) + remote * f_bytes * cal.gather["scatter"])
+        r.exchange("load", 2 * it, remote * (ID_BYTES + f_bytes) * 2, inline)
+        r.work("forward_backward", it * dgl.get("layer_ratio", 1.0) * fb_s(cal, st, layers))
+        r.allreduce(it, params)
+        r.step(it, params, "distdgl")
+        ranks.append(r)
+    return finish(cal, st, ranks)
 
 
 def spmm_width(layer: int, d_in: int, d_out: int) -> int:
@@ -359,31 +352,26 @@ def spmm_width(layer: int, d_in: int, d_out: int) -> int:
 
 def predict_fullbatch(cal: Calibration, st: Setting, works: list[RankWork]) -> Prediction:
     """MG-GCN: per layer P broadcast rounds of the narrower side's row blocks with the tile SpMM,
-    one GEMM forward, two backward, and the backward SpMM except in the first layer."""
+    one GEMM forward and two backward, the backward SpMM except in the first layer (§4.4)."""
     from gnnflow.strategies.memory import layer_dims
 
     cfg, p = st.cfg, st.workers
-    net = cal.net(st.local_ranks) if p > 1 else {"latency": 0.0, "byte": 0.0, "allreduce_latency": 0.0,
-                                                  "allreduce_byte": 0.0}
     params = param_count(cfg, st.feature_dim, st.num_classes)
     dims = layer_dims(cfg, max(1, st.feature_dim), st.num_classes)
     coef = cal.layer_coefficients("gcn")
-    cpu, waits = [], []
+    ranks = []
     for w in works:
-        n, nnz = w.count("local_rows"), w.count("tile_nnz")
-        comp = bytes_ = lat = 0.0
+        n, nnz, r = w.count("local_rows"), w.count("tile_nnz"), Rank(cal, st)
         for i, (d_in, d_out) in enumerate(dims):
             width = spmm_width(i, d_in, d_out)
-            passes = 1 if i == 0 else 2  # the first layer's backward needs no SpMM (§4.4)
-            comp += passes * nnz * width / cal.spmm + 3 * n * d_in * d_out / cal.gemm
-            comp += coef[0] * 2 + coef[4] * 2 * n * (d_in + d_out)
-            bytes_ += passes * 4.0 * width * w.count("broadcast_rows")
-            lat += passes * (p - 1) * net["latency"] if p > 1 else 0.0
-        c = {"forward_backward": comp, "comm": bytes_ * net["byte"], "step": step_s(cal, params),
-             "allreduce": 4.0 * params * net["allreduce_byte"], "glue": GLUE["fullbatch"] * cal.op}
-        cpu.append(c)
-        waits.append({"comm": lat, "allreduce": net["allreduce_latency"]})
-    return finish(cal, st, cpu, waits)
+            passes = 1 if i == 0 else 2  # the first layer's backward needs no SpMM
+            r.work("forward_backward", passes * nnz * width / cal.spmm + 3 * n * d_in * d_out / cal.gemm
+                   + 2 * coef[0] + coef[4] * 2 * n * (d_in + d_out))
+            r.exchange("comm", passes * (p - 1), passes * 4.0 * width * w.count("broadcast_rows"))
+        r.allreduce(1, params)
+        r.step(1, params, "fullbatch")
+        ranks.append(r)
+    return finish(cal, st, ranks)
 
 
 def predict_dgcl(cal: Calibration, st: Setting, works: list[RankWork]) -> Prediction:
@@ -392,25 +380,21 @@ def predict_dgcl(cal: Calibration, st: Setting, works: list[RankWork]) -> Predic
     from gnnflow.strategies.memory import layer_dims
 
     cfg = st.cfg
-    net = cal.net(st.local_ranks)
     params = param_count(cfg, st.feature_dim, st.num_classes)
     dims = layer_dims(cfg, max(1, st.feature_dim), st.num_classes)
     project = cfg.model == "gcn" and cfg.options.project
-    cpu, waits = [], []
+    ranks = []
     for w in works:
-        layers = layer_tuples(w)
-        fb = fb_s(cal, st, layers)
-        bytes_ = lat = 0.0
+        r = Rank(cal, st)
+        r.work("forward_backward", fb_s(cal, st, layer_tuples(w)))
         if cfg.options.planner != "replication":
             for d_in, d_out in dims:
                 width = d_out if project and d_in > d_out else d_in
-                bytes_ += 2 * 4.0 * width * (w.count("halo_rows") + w.count("halo_rows_sent"))
-                lat += 2 * 2 * net["latency"]
-        c = {"forward_backward": fb, "comm": bytes_ * net["byte"], "step": step_s(cal, params),
-             "allreduce": 4.0 * params * net["allreduce_byte"], "glue": GLUE["dgcl"] * cal.op}
-        cpu.append(c)
-        waits.append({"comm": lat, "allreduce": net["allreduce_latency"]})
-    return finish(cal, st, cpu, waits)
+                r.exchange("comm", 2 * 2, 2 * 4.0 * width * (w.count("halo_rows") + w.count("halo_rows_sent")))
+        r.allreduce(1, params)
+        r.step(1, params, "dgcl")
+        ranks.append(r)
+    return finish(cal, st, ranks)
 
 
 PREDICTORS = {"single": predict_single, "data": predict_data, "distdgl": predict_distdgl,

@@ -92,6 +92,7 @@ def summarize(per_rank: list[dict[str, Any]]) -> dict[str, Any]:
 def measure(candidates: list[dict[str, Any]], epochs: int = 2, timeout_s: float = 1800.0) -> list[dict[str, Any]]:
     """Measure ``candidates`` (training settings as :meth:`TrainConfig.to_dict` gives them, with an
     optional ``label``); returns one summary per candidate, in order."""
+    from gnnflow.advise.collectives import rank_threads
     from gnnflow.config import STRATEGIES
     from gnnflow.runtime.context import RankContext
     from gnnflow.runtime.launch import run_ranks
@@ -105,9 +106,15 @@ def measure(candidates: list[dict[str, Any]], epochs: int = 2, timeout_s: float 
         elif not strategy_class(c["strategy"]).distributed:
             import torch
 
+            from gnnflow.advise.collectives import usable_cores
+
             ctx = RankContext(device=torch.device(c.get("device", "cpu")))
-            log.info("measuring %s", c.get("label", c["strategy"]))
-            got = measure_rank(ctx, [c], epochs)[0]
+            before = torch.get_num_threads()
+            torch.set_num_threads(usable_cores())  # as `gnnflow train` runs one process
+            try:
+                got = measure_rank(ctx, [c], epochs)[0]
+            finally:
+                torch.set_num_threads(before)
             out[i] = summarize([got])
         else:
             groups.setdefault(int(c["workers"]), []).append(i)
@@ -119,7 +126,7 @@ def measure(candidates: list[dict[str, Any]], epochs: int = 2, timeout_s: float 
             device = candidates[chunk[0]].get("device", "cpu")
             try:
                 ranks = run_ranks(measure_rank, workers, [candidates[i] for i in chunk], epochs, device=device,
-                                  timeout_s=timeout_s)
+                                  timeout_s=timeout_s, threads_per_rank=rank_threads(workers))
             except Exception as exc:  # noqa: BLE001 - a launch that fails reports on its candidates
                 for i in chunk:
                     out[i] = {"error": f"{type(exc).__name__}: {exc}".splitlines()[0]}

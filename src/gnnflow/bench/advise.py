@@ -92,6 +92,37 @@ def book(workdir: Path, graph: Path, name: str, parts: int) -> Path:
     return path
 
 
+# ------------------------------------------------------------------------------------------ host state
+def host_state(cal: Any, workers: int, measure: bool = False) -> dict[str, Any]:
+    """The calibration's host figures for 1 and ``workers`` ranks (measured again with ``measure``)."""
+    if measure:
+        from gnnflow.advise.calibrate import refresh_host
+
+        refresh_host(cal, [workers])
+    return {"cores": {k: cal.collectives[k]["cores"] for k in ("1", str(workers)) if k in cal.collectives},
+            "threads": cal.threads}
+
+
+def apply_host(cal: Any, host: dict[str, Any]) -> None:
+    """Put a host state (or the mean of a ``before``/``after`` pair) into the calibration."""
+    states = [host["before"], host["after"]] if "before" in host else [host]
+    for key in states[0]["cores"]:
+        cal.collectives.setdefault(key, dict(cal.net(int(key))))["cores"] = statistics.mean(
+            s["cores"][key] for s in states)
+    cal.threads = statistics.mean(s["threads"] for s in states)
+
+
+def _repredict(adv: Any, base: Any, bk: str, cal: Any, candidates: Any, cal_path: str) -> Any:
+    """The advice predicted again with the calibration's current host state, measurements kept."""
+    from gnnflow.advise.advice import advise
+
+    new = advise(base, bk, cal, candidates=candidates, calibration_path=cal_path)
+    measured = {r.label: r.measured for r in adv.rows}
+    for r in new.rows:
+        r.measured = measured.get(r.label)
+    return new
+
+
 # ------------------------------------------------------------------------------------------ statistics
 def kendall_tau(a: list[float], b: list[float]) -> float:
     """Kendall's tau-b of two orderings (ties count neither way)."""
@@ -147,7 +178,7 @@ def strategy_errors(configs: dict[str, list[dict[str, Any]]]) -> dict[str, dict[
 # ------------------------------------------------------------------------------------------ the run
 def run(args: argparse.Namespace) -> dict[str, Any]:
     from gnnflow.advise.advice import CANDIDATES, advise, measure_top
-    from gnnflow.advise.calibrate import calibrate, read_calibration
+    from gnnflow.advise.calibrate import calibrate, read_calibration, refresh_host
     from gnnflow.config import TrainConfig, parse_fanouts
     from gnnflow.errors import ConfigError
 
@@ -176,9 +207,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                                fanouts=parse_fanouts(args.fanouts), num_layers=len(parse_fanouts(args.fanouts)),
                                batch_size=args.batch_size, workers=p,
                                gcn_degrees="block")  # what the DistDGL peer computes too
-            log.info("bench advise: %s: predicting", name)
-            adv = advise(base, str(bk), cal, candidates=candidates, calibration_path=str(cal_path))
             old = json.loads(path.read_text()) if args.reuse and path.exists() else None
+            if old is None:
+                log.info("bench advise: %s: measuring the host's state", name)
+                refresh_host(cal, [p])
+                host = host_state(cal, p)
+            else:
+                host = old.get("host") or host_state(cal, p)
+                apply_host(cal, host)
+            adv = advise(base, str(bk), cal, candidates=candidates, calibration_path=str(cal_path))
             if old is not None:
                 measured = {r["label"]: r.get("measured") for r in old["rows"]}
                 for r in adv.rows:
@@ -186,7 +223,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             else:
                 log.info("bench advise: %s: measuring %d candidates", name, len(adv.ranked))
                 measure_top(adv, len(adv.ranked), epochs=args.epochs)
-            path.write_text(adv.to_json())
+                after = host_state(cal, p, measure=True)
+                host = {"before": host, "after": after}
+                apply_host(cal, host)  # the host's state over the measurements: the mean of both ends
+                adv = _repredict(adv, base, str(bk), cal, candidates, str(cal_path))
+            data = adv.to_dict()
+            data["host"] = host
+            path.write_text(json.dumps(data, indent=1, default=str))
             configs[name] = [r.to_dict() for r in adv.rows]
     return summarize(configs, cal_path, args, time.perf_counter() - t0)
 
