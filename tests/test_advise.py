@@ -200,7 +200,7 @@ def test_calibration_pieces_are_fast_and_positive():
     """The sampler, gather and step microbenchmarks on a small graph; the host's cores."""
     import torch
 
-    from gnnflow.advise.calibrate import calibrate_sampler, calibration_graph, calibrate_step
+    from gnnflow.advise.calibrate import calibrate_sampler, calibrate_step, calibration_graph
     from gnnflow.advise.collectives import host_cores
 
     torch.set_num_threads(1)
@@ -243,7 +243,13 @@ def test_workflow_advice_groups_settings_and_top_k(tmp_path):
 
     import yaml
 
-    from gnnflow.workflow import advice_groups, advice_settings, expand_runs, keep_run, validate_config
+    from gnnflow.workflow import (
+        advice_groups,
+        advice_settings,
+        expand_runs,
+        keep_run,
+        validate_config,
+    )
 
     root = Path(__file__).resolve().parents[1]
     cfg = validate_config(copy.deepcopy(yaml.safe_load((root / "config" / "config.yaml").read_text())))
