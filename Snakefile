@@ -22,6 +22,7 @@ include: "rules/partition.smk"
 include: "rules/train.smk"
 include: "rules/bench.smk"
 include: "rules/results.smk"
+include: "rules/advise.smk"
 
 
 localrules:
@@ -33,6 +34,8 @@ localrules:
     summarize,
     plot,
     scorecard,
+    advise_settings,
+    advice_report,
 
 
 rule all:

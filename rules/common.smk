@@ -5,7 +5,16 @@ import sys
 
 from gnnflow.config import cli_options
 from gnnflow.plots.titles import figure_title
-from gnnflow.workflow import expand_runs, job_mem_mb, job_runtime_min, validate_config, write_settings
+from gnnflow.workflow import (
+    advice_groups,
+    advice_settings,
+    expand_runs,
+    job_mem_mb,
+    job_runtime_min,
+    keep_run,
+    validate_config,
+    write_settings,
+)
 
 os.environ.setdefault("DGLBACKEND", "pytorch")
 os.environ.setdefault("OUTDATED_IGNORE", "1")
@@ -18,6 +27,8 @@ PARTITIONS = config.get("partitions", {})
 BENCHMARKS = {b["name"]: b for b in config.get("benchmarks", [])}
 FIGURES = {f["name"]: f for f in config.get("figures", [])}
 SCORECARD = config.get("scorecard")  # a paper config's claims file and other runs' tables
+ADVICE = advice_groups(config)  # (dataset, workers) -> the partition its advice reads (or None)
+TOP_K = (config.get("advise") or {}).get("top_k") if ADVICE else None
 #: the gnnflow command of the interpreter that runs Snakemake: rules need no activated environment
 GNNFLOW = f"{sys.executable} -m gnnflow.cli"
 
@@ -116,10 +127,48 @@ def run_records(runs=None):
     return [f"{R}/runs/{name}/records.jsonl" for name in names]
 
 
+def kept_runs():
+    """The runs the workflow trains: all of them, or with `advise.top_k` the single-process runs
+    and the distributed runs of the strategies their advice ranks in the top K (read from the
+    advise checkpoint, so only inside input functions)."""
+    if not TOP_K:
+        return list(RUNS)
+    keep = []
+    for name, run in RUNS.items():
+        key = (run.dataset, run.workers)
+        advice = checkpoints.advise.get(dataset=run.dataset, workers=run.workers).output[0] if key in ADVICE else None
+        if keep_run(run, advice, TOP_K):
+            keep.append(name)
+    return keep
+
+
 def figure_runs(wildcards):
     spec = FIGURES[wildcards.figure]
     sweeps = spec.get("sweeps")
-    return run_records([n for n, r in RUNS.items() if not sweeps or r.sweep in sweeps])
+    kept = set(kept_runs())
+    return run_records([n for n, r in RUNS.items() if n in kept and (not sweeps or r.sweep in sweeps)])
+
+
+def advice_files():
+    return [f"{R}/advise/{d}-w{w}.json" for d, w in sorted(ADVICE)]
+
+
+def advise_inputs(wildcards):
+    key = (wildcards.dataset, int(wildcards.workers))
+    inputs = {"graph": graph_dir(wildcards.dataset), "settings": f"{R}/advise/{wildcards.dataset}-w{wildcards.workers}.settings.yaml",
+              "calibration": (config.get("advise") or {}).get("calibration") or f"{R}/advise/calibration.json"}
+    if ADVICE.get(key):
+        inputs["partition"] = f"{R}/data/{wildcards.dataset}/partitions/{ADVICE[key]}"
+    return inputs
+
+
+def write_yaml(data, path):
+    import yaml
+
+    from gnnflow.io import atomic_file
+
+    with atomic_file(path) as tmp:
+        tmp.write_text(yaml.safe_dump(data, sort_keys=False))
 
 
 def scorecard_inputs(wildcards):
@@ -159,6 +208,8 @@ def all_targets(costs=True):
     targets += partition_reports()
     if SCORECARD:
         targets += [f"{R}/scorecard.csv", f"{R}/scorecard.html"]
+    if ADVICE:
+        targets += [f"{R}/advice.md", f"{R}/figures/advice.png"]
     if costs:
         targets += [f"{R}/rule_costs.csv", f"{R}/rule_costs.html"]
     return targets

@@ -3,7 +3,7 @@
 
 rule aggregate:
     input:
-        run_records(),
+        lambda w: run_records(kept_runs()),
     output:
         parquet=f"{R}/table.parquet",
         csv=f"{R}/table.csv",

@@ -30,6 +30,7 @@ LAYERS: list[list[str]] = [
     ["strategies.split", "strategies.hec"],
     ["strategies.verify"],
     ["plots"],
+    ["advise"],
     ["bench"],
     ["workflow"],
     ["cli"],

@@ -330,3 +330,69 @@ def job_runtime_min(run: RunSpec, benchmark_tsv: str | Path, configured: int | N
         except (OSError, ValueError, KeyError):
             pass
     return int(configured or DEFAULT_RUNTIME_MIN)
+
+
+# ------------------------------------------------------------------------------------------ advice
+def advice_groups(config: dict[str, Any]) -> dict[tuple[str, int], str | None]:
+    """(dataset, workers) of every distributed run -> the partition the advice for it reads: the
+    first such run's book with as many parts as workers (not a 1D row partition), else None (the
+    advice then partitions with METIS itself).  Empty when the config has no ``advise`` section or
+    it is disabled."""
+    spec = config.get("advise")
+    if not spec or not spec.get("enabled", True):
+        return {}
+    partitions = config.get("partitions", {})
+    out: dict[tuple[str, int], str | None] = {}
+    for run in expand_runs(config):
+        if run.workers <= 1:
+            continue
+        key = (run.dataset, run.workers)
+        part = partitions.get(run.partition or "", {})
+        fits = part and part.get("parts") == run.workers and part.get("method") not in ("permute-1d", "two-level")
+        if out.get(key) is None:
+            out[key] = run.partition if fits else None
+        else:
+            out.setdefault(key, None)
+    return out
+
+
+def advice_settings(config: dict[str, Any], dataset: str, workers: int) -> dict[str, Any]:
+    """The training settings an advice predicts for: ``train.defaults`` (their first value where
+    they sweep), the dataset's runs' rank count, and ``advise.settings`` over them."""
+    defaults = dict((config.get("train") or {}).get("defaults") or {})
+    defaults.pop("options", None)
+    out: dict[str, Any] = {}
+    for k, v in defaults.items():
+        if k in ("name", "dataset", "partition", "runtime", "strategy"):
+            continue
+        if k == "fanouts":
+            out[k] = v[0] if v and isinstance(v[0], list) else v
+        else:
+            out[k] = v[0] if isinstance(v, list) else v
+    out.update((config.get("advise") or {}).get("settings") or {})
+    out["workers"] = workers
+    return out
+
+
+def advised_strategies(advice_json: str | Path, top_k: int) -> list[str]:
+    """The strategies of the ``top_k`` best-ranked candidates of an advice file (``--format json``)."""
+    import json
+
+    rows = json.loads(Path(advice_json).read_text())["rows"]
+    ranked = sorted((r for r in rows if r.get("rank")), key=lambda r: r["rank"])
+    out: list[str] = []
+    for r in ranked:
+        if r["strategy"] not in out:
+            out.append(r["strategy"])
+        if len(out) >= top_k:
+            break
+    return out
+
+
+def keep_run(run: RunSpec, advice_json: str | Path | None, top_k: int | None) -> bool:
+    """Whether the workflow trains ``run`` when it trains only the advised top K strategies of
+    each dataset x workers: single-process runs (the references) always; a distributed run when
+    its strategy is among the top K of its advice."""
+    if not top_k or run.workers <= 1 or advice_json is None:
+        return True
+    return run.strategy in advised_strategies(advice_json, top_k)

@@ -28,6 +28,8 @@ BENCHES: dict[str, tuple[str, str]] = {
     "allgather": ("gnnflow.bench.allgather", "graph_allgather planners: modeled vs measured time; per-vertex vs grouped SPST planning"),
     "scale": ("gnnflow.bench.scale", "time and peak RSS of prepare, partition and one epoch of every strategy as the "
               "graph grows (1M, products-shaped, 10M), predicted vs measured peak, growth exponents"),
+    "advise": ("gnnflow.bench.advise", "the advice's predicted epoch times vs measured ones over a grid of graphs x "
+               "rank counts x strategies: relative errors per strategy, Kendall's tau per configuration"),
     "gpu-minibatch": ("gnnflow.bench.gpu_minibatch", "one device's mini-batch epoch: host sampling and features vs "
                       "device sampling (+ device feature cache) vs forward+backward alone; evaluation on the device"),
     "all": ("gnnflow.bench.suite", "run the suite (config/bench.yaml) and write one table with the machine "

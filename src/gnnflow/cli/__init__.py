@@ -29,6 +29,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "train": ("gnnflow.cli.train", "train with a strategy (single, data, split, p3, fullbatch, hec, dgcl, distdgl)"),
     "predict": ("gnnflow.cli.predict", "every vertex's predictions or embeddings of a trained run, as Parquet"),
     "verify": ("gnnflow.cli.verify", "check a distributed strategy against single-process training"),
+    "advise": ("gnnflow.cli.advise", "which strategy for this graph and cluster: predicted epoch time and memory "
+               "per strategy, ranked (--measure K: measured beside)"),
     "plan": ("gnnflow.cli.plan", "model the halo-exchange cost of each communication planner (DGCL)"),
     "topology": ("gnnflow.cli.topology", "topology presets and probing of local link bandwidth"),
     "bench": ("gnnflow.cli.bench", "benchmarks that print ratios against a peer measured side by side"),

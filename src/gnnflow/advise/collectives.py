@@ -1,0 +1,138 @@
+"""Collectives between local ranks and the cores they get, for the calibration (:mod:`gnnflow.advise.calibrate`).
+
+P processes are started as a run starts its ranks (:func:`gnnflow.runtime.launch.run_ranks`, one
+torch thread each where the cores are shared) and measure, on gloo:
+
+* ``allreduce_latency`` / ``allreduce_byte``: a float tensor's all-reduce, fitted as latency plus
+  seconds per byte of the tensor (4 B, 64 KiB, 1 MiB, 4 MiB; medians of repeats);
+* ``latency`` / ``byte``: :func:`gnnflow.comm.collectives.alltoallv` of int64 ids, latency plus
+  seconds per byte a rank sends (8 B to 1 MiB per peer);
+* ``cores``: the ranks run the same CPU-bound loop at once; each one's share is its CPU time over
+  its wall time, and ``cores`` their sum: how many cores' worth P busy ranks get on this host now
+  (2 for 4 ranks on a quiet 2-core host; less while other jobs run).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+import torch
+
+
+def _fit(sizes: list[float], times: list[float]) -> tuple[float, float]:
+    """(latency, seconds per byte) of ``t = latency + size x per_byte`` (least squares, >= 0)."""
+    x = np.array([[1.0, s] for s in sizes])
+    coef, *_ = np.linalg.lstsq(x, np.array(times), rcond=None)
+    lat = max(float(coef[0]), float(min(times)) * 0.5)
+    return lat, max(float(coef[1]), 0.0)
+
+
+def _median_time(fn: Any, repeats: int, cpu: list[float] | None = None) -> float:
+    """Median wall seconds of ``fn`` (a collective) after a barrier; ``cpu`` gets the median CPU
+    seconds of this thread in it."""
+    import torch.distributed as dist
+
+    fn()
+    out, used = [], []
+    for _ in range(repeats):
+        dist.barrier()
+        t, c = time.perf_counter(), time.thread_time()
+        fn()
+        out.append(time.perf_counter() - t)
+        used.append(time.thread_time() - c)
+    if cpu is not None:
+        cpu.append(float(np.median(used)))
+    return float(np.median(out))
+
+
+def _spin(seconds_hint: float = 0.4) -> tuple[float, float]:
+    """A fixed CPU-bound loop: (wall seconds, this thread's CPU seconds)."""
+    a = np.random.default_rng(0).standard_normal(200_000)
+    w, c = time.perf_counter(), time.thread_time()
+    for _ in range(max(1, int(seconds_hint / 0.012))):
+        np.sort(a)
+    return time.perf_counter() - w, time.thread_time() - c
+
+
+def collectives_rank(ctx: Any, repeats: int) -> dict[str, float]:
+    """One rank's part of :func:`calibrate_collectives` (module-level: the spawner imports it)."""
+    import torch.distributed as dist
+
+    from gnnflow.comm.collectives import alltoallv
+    from gnnflow.runtime.devices import HOST
+
+    p = ctx.world_size
+    sizes, times = [], []
+    for n in (1, 16384, 262144, 1048576):
+        t = torch.zeros(n)
+        times.append(_median_time(lambda t=t: dist.all_reduce(t), repeats))
+        sizes.append(4.0 * n)
+    ar_lat, ar_byte = _fit(sizes, times)
+    sizes, times, cpu = [], [], []
+    for n in (1, 1024, 16384, 131072):
+        parts = [torch.zeros(n, dtype=torch.int64) for _ in range(p)]
+        times.append(_median_time(lambda parts=parts, n=n: alltoallv(parts, None, [n] * p, kind=HOST), repeats, cpu))
+        sizes.append(8.0 * n * (p - 1))
+    lat, per_byte = _fit(sizes, times)
+    dist.barrier()
+    spin_wall, spin_cpu = _spin()
+    shares = [torch.zeros(1) for _ in range(p)]
+    dist.all_gather(shares, torch.tensor([spin_cpu / max(spin_wall, 1e-9)]))
+    figures = torch.tensor([ar_lat, ar_byte, lat, per_byte, cpu[0]])
+    dist.all_reduce(figures, op=dist.ReduceOp.MAX)
+    return {"allreduce_latency": float(figures[0]), "allreduce_byte": float(figures[1]),
+            "latency": float(figures[2]), "byte": float(figures[3]), "latency_cpu": float(figures[4]),
+            "cores": float(min(p, sum(float(s) for s in shares)))}
+
+
+def calibrate_collectives(workers: int, repeats: int = 15, timeout_s: float = 300.0) -> dict[str, float]:
+    """The figures of ``workers`` local ranks (see the module docstring); one rank: the host
+    share of one busy process."""
+    if workers <= 1:
+        return {"allreduce_latency": 0.0, "allreduce_byte": 0.0, "latency": 0.0, "byte": 0.0, "latency_cpu": 0.0,
+                "cores": host_cores(1)}
+    from gnnflow.runtime.launch import run_ranks
+
+    return run_ranks(collectives_rank, workers, repeats, timeout_s=timeout_s, threads_per_rank=rank_threads(workers))[0]
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity; ``os.cpu_count()`` where unknown)."""
+    import os
+
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def rank_threads(workers: int) -> int:
+    """Torch threads per rank: the usable cores shared out, at least one."""
+    return max(1, usable_cores() // max(1, workers))
+
+
+SPIN = (
+    "import time, numpy as np\n"
+    "a = np.random.default_rng(0).standard_normal(200000)\n"
+    "w, c = time.perf_counter(), time.process_time()\n"
+    "for _ in range({n}): np.sort(a)\n"
+    "print(time.perf_counter() - w, time.process_time() - c)\n"
+)
+
+
+def host_cores(workers: int, loops: int = 40) -> float:
+    """How many cores' worth of CPU ``workers`` busy processes get on this host now: they run the
+    same loop at once (fresh interpreters, no torch) and their CPU / wall shares are added up."""
+    import subprocess
+    import sys
+
+    procs = [subprocess.Popen([sys.executable, "-c", SPIN.format(n=loops)], stdout=subprocess.PIPE, text=True)
+             for _ in range(max(1, workers))]
+    total = 0.0
+    for proc in procs:
+        out, _ = proc.communicate(timeout=300)
+        wall, cpu = (float(x) for x in out.split())
+        total += cpu / max(wall, 1e-9)
+    return float(min(max(1, workers), total))

@@ -1,0 +1,410 @@
+"""Epoch time of each strategy: the counts of :mod:`gnnflow.advise.counts` times the rates of
+:mod:`gnnflow.advise.calibrate` (issue 35.1; every term is written out in docs/advise.md).
+
+For each rank the model adds up the CPU seconds of its stages over one epoch, in the records'
+stage names:
+
+* ``sample`` — per sampled hop ``hop + row x destinations + edge x edges`` (and the relabelling
+  bitmap's scan of the graph's vertices where it is used), plus the sampling the rank does for its
+  peers' remote frontier vertices;
+* ``load`` — gathers of the rank's own input rows (and of the rows its peers ask it for), the copy
+  of cache hits and received rows into the batch, the bytes of the exchange;
+* ``forward_backward`` — the model's work terms per iteration (:mod:`gnnflow.advise.features`)
+  times the calibrated per-term seconds; split parallelism's and P3's layer exchanges and HEC's
+  AEP push, bytes and latencies, go under ``comm``;
+* ``allreduce`` — per iteration one gradient all-reduce: latency plus the weights' bytes;
+* ``step`` — Adam: per call plus per weight;
+* ``glue`` — per iteration a strategy's own Python work between the measured pieces (queues,
+  stitching, bookkeeping), :data:`GLUE` small torch operations' worth.
+
+The rank's wall time is its CPU seconds over the share of a core it gets (``cores`` of the
+calibration: P busy ranks on this host get that many cores together, so one gets
+``min(1, cores / P)``), plus the waits that are not CPU: the latency of every lock-step collective
+on the training thread (with the pipeline on, the sample and load exchanges run in background
+threads and only the all-reduce waits).  The epoch is the slowest rank's time.  A single process
+computes forward/backward with every core's thread (``threads`` of the calibration).
+
+Full-batch strategies have one iteration: per layer P broadcast rounds (MG-GCN) or one halo
+exchange (DGCL) forward and backward, the local SpMM and GEMMs, then the all-reduce and step.
+
+What is ignored is listed in docs/advise.md (evaluation, start-up, imbalance inside an epoch,
+memory bandwidth shared between ranks, the GPU path beyond forward/backward).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from gnnflow.advise.calibrate import Calibration
+from gnnflow.advise.counts import RankWork
+from gnnflow.advise.features import model_terms, param_count
+
+STAGES = ("sample", "load", "forward_backward", "comm", "allreduce", "step", "glue", "wait")
+#: per-iteration Python work of each strategy beyond the measured pieces, in small torch
+#: operations (the calibration's ``op``); fitted on this repository's runs (docs/advise.md)
+GLUE = {"single": 40.0, "data": 150.0, "distdgl": 400.0, "split": 250.0, "p3": 250.0, "hec": 250.0,
+        "fullbatch": 200.0, "dgcl": 200.0}
+#: in-training cost of a stage over its microbenchmark (other threads of the rank, caches shared
+#: with the pipeline's threads); fitted with GLUE (docs/advise.md)
+EFFICIENCY = {"sample": 1.0, "load": 1.0, "forward_backward": 1.0}
+ID_BYTES = 8
+
+
+@dataclass
+class Prediction:
+    """One candidate's predicted epoch: the slowest rank's stage seconds and their sum."""
+
+    epoch_s: float
+    stages: dict[str, float]
+    per_rank_s: list[float] = field(default_factory=list)
+    #: each rank's CPU seconds (its stages before the core share and the waits)
+    per_rank_cpu: list[float] = field(default_factory=list)
+
+    @property
+    def dominant(self) -> str:
+        return max(self.stages, key=lambda k: self.stages[k]) if self.stages else ""
+
+    def reason(self) -> str:
+        """The dominant stages and their shares, e.g. ``forward_backward 61 %, sample 20 %``."""
+        if not self.epoch_s or not self.stages:
+            return ""
+        top = sorted(self.stages.items(), key=lambda kv: -kv[1])[:2]
+        return ", ".join(f"{k} {100 * v / self.epoch_s:.0f} %" for k, v in top if v > 0)
+
+
+@dataclass
+class Setting:
+    """What the rates are applied to: the config (options parsed), graph widths, the host."""
+
+    cfg: Any
+    feature_dim: int
+    num_classes: int
+    num_nodes: int
+    workers: int
+    nnodes: int = 1
+    device: str = "cpu"
+
+    @property
+    def local_ranks(self) -> int:
+        return max(1, -(-self.workers // max(1, self.nnodes)))
+
+
+class Rank:
+    """One rank's epoch: CPU seconds and waits per stage."""
+
+    def __init__(self, cal: Calibration, st: Setting) -> None:
+        self.cal, self.st = cal, st
+        self.net = cal.net(st.local_ranks) if st.workers > 1 else {
+            "latency": 0.0, "byte": 0.0, "latency_cpu": 0.0, "allreduce_latency": 0.0, "allreduce_byte": 0.0}
+        self.cpu: dict[str, float] = {}
+        self.wait: dict[str, float] = {}
+
+    def work(self, stage: str, seconds: float) -> None:
+        self.cpu[stage] = self.cpu.get(stage, 0.0) + seconds * EFFICIENCY.get(stage, 1.0)
+
+    def exchange(self, stage: str, collectives: float, nbytes: float = 0.0, waits: bool = True) -> None:
+        """``collectives`` lock-step exchanges moving ``nbytes``: their CPU, and their latency as a
+        wait when they run on the training thread (``waits``)."""
+        if self.st.workers <= 1:
+            return
+        self.cpu[stage] = self.cpu.get(stage, 0.0) + collectives * self.net.get("latency_cpu", 0.0) \
+            + nbytes * self.net["byte"]
+        if waits:
+            self.wait[stage] = self.wait.get(stage, 0.0) + collectives * self.net["latency"]
+
+    def allreduce(self, iterations: int, params: int) -> None:
+        if self.st.workers <= 1:
+            return
+        self.cpu["allreduce"] = self.cpu.get("allreduce", 0.0) + iterations * (
+            4.0 * params * self.net["allreduce_byte"] + self.net.get("latency_cpu", 0.0))
+        self.wait["allreduce"] = self.wait.get("allreduce", 0.0) + iterations * self.net["allreduce_latency"]
+
+    def step(self, iterations: int, params: int, strategy: str) -> None:
+        self.cpu["step"] = self.cpu.get("step", 0.0) + iterations * (self.cal.step["call"] + self.cal.step["param"] * params)
+        self.cpu["glue"] = self.cpu.get("glue", 0.0) + iterations * GLUE[strategy] * self.cal.op
+
+
+# ------------------------------------------------------------------------------------------ pieces
+def sample_hops(cal: Calibration, layers: list[tuple[float, float, float]], num_nodes: int,
+                per_edge: float | None = None, per_hop: float | None = None) -> float:
+    """Seconds of sampling one batch's hops (``layers``: (dst, src, edges) input layer first)."""
+    s = cal.sampler
+    total = 0.0
+    for dst, _src, edges in layers:
+        total += (s["hop"] if per_hop is None else per_hop) + s["row"] * dst
+        total += (s["edge"] if per_edge is None else per_edge) * edges
+        if num_nodes <= 64 * max(1.0, edges):
+            total += s["scan"] * num_nodes
+    return total
+
+
+def gather_s(cal: Calibration, rows: float, dim: int, calls: float = 1.0) -> float:
+    g = cal.gather
+    return calls * g["call"] + rows * (g["row"] + g["byte"] * 4.0 * dim)
+
+
+def fb_s(cal: Calibration, st: Setting, layers: list[tuple[float, float, float]], in_dim: int | None = None) -> float:
+    """Forward + backward seconds of one batch's blocks (one thread)."""
+    model = st.cfg.model
+    key = f"{model}@cuda" if st.device == "cuda" and f"{model}@cuda" in cal.layers else model
+    terms = model_terms(st.cfg, layers, st.feature_dim if in_dim is None else in_dim, st.num_classes)
+    return float(terms @ cal.layer_coefficients(key))
+
+
+def layer_tuples(w: RankWork) -> list[tuple[float, float, float]]:
+    return [(x.dst, x.src, x.edges) for x in w.layers]
+
+
+def share(cal: Calibration, st: Setting) -> float:
+    """The core share one rank gets (see the module docstring)."""
+    net = cal.net(st.local_ranks) if cal.collectives else {}
+    return min(1.0, max(1e-3, net.get("cores", 1.0)) / st.local_ranks)
+
+
+def finish(cal: Calibration, st: Setting, ranks: list[Rank]) -> Prediction:
+    """The epoch from the ranks' CPU seconds and waits (see the module docstring)."""
+    f = share(cal, st)
+    per_rank = []
+    for r in ranks:
+        per_rank.append({k: r.cpu.get(k, 0.0) / f + r.wait.get(k, 0.0) for k in set(r.cpu) | set(r.wait)})
+    totals = [sum(x.values()) for x in per_rank]
+    slow = int(np.argmax(totals))
+    stages = {k: float(v) for k, v in sorted(per_rank[slow].items()) if v > 0}
+    return Prediction(epoch_s=float(totals[slow]), stages=stages, per_rank_s=[float(t) for t in totals],
+                      per_rank_cpu=[float(sum(r.cpu.values())) for r in ranks])
+
+
+def remote_sampling(r: Rank, w: RankWork, waits: bool) -> None:
+    """A data-parallel rank's sampling exchanges: per hop beyond the targets' request counts, ids
+    and replies (3 collectives); the sampling it does for its peers."""
+    cal = r.cal
+    r.work("sample", cal.sampler["row"] * w.count("served_seeds") + cal.sampler["edge"] * w.count("served_edges"))
+    r.exchange("sample", 3 * w.count("exchange_hops"),
+               ID_BYTES * (w.count("remote_seeds") + w.count("served_seeds") + w.count("served_edges")), waits)
+
+
+# ------------------------------------------------------------------------------------------ strategies
+def predict_single(cal: Calibration, st: Setting, works: list[RankWork]) -> Prediction:
+    w, cfg = works[0], st.cfg
+    it = w.iterations
+    params = param_count(cfg, st.feature_dim, st.num_classes)
+    layers = layer_tuples(w)
+    r = Rank(cal, st)
+    r.work("forward_backward", it * fb_s(cal, st, layers) / cal.threads)
+    if not cfg.options.full_batch:
+        r.work("sample", it * sample_hops(cal, layers, st.num_nodes))
+        r.work("load", gather_s(cal, w.count("features_loaded"), st.feature_dim, it))
+    r.step(it, params, "single")
+    return finish(cal, st, [r])
+
+
+def predict_data(cal: Calibration, st: Setting, works: list[RankWork]) -> Prediction:
+    """Data-parallel ranks: sample (own hops, remote hops through the owners), load (own rows,
+    cache hits, rows from the owners, rows served to them), forward/backward, all-reduce, step."""
+    cfg = st.cfg
+    params = param_count(cfg, st.feature_dim, st.num_classes)
+    f_bytes = 4.0 * st.feature_dim
+    inline = not cfg.options.pipeline
+    ranks = []
+    for w in works:
+        it, layers, r = w.iterations, layer_tuples(w), Rank(cal, st)
+        r.work("sample", it * sample_hops(cal, layers, st.num_nodes))
+        remote_sampling(r, w, inline)
+        remote = w.count("remote_features")
+        r.work("load", gather_s(cal, w.count("local_rows") + w.count("served_rows"), st.feature_dim, it)
+               + (w.count("cache_hits") + remote) * f_bytes * cal.gather["scatter"])
+        coll = 3 * it * (2 if cfg.graph_degrees else 1)  # whole-graph degrees come the same way
+        r.exchange("load", coll, (remote + w.count("served_rows")) * (ID_BYTES + f_bytes), inline)
+        r.work("forward_backward", it * fb_s(cal, st, layers))
+        r.allreduce(it, params)
+        r.step(it, params, "data")
+        ranks.append(r)
+    return finish(cal, st, ranks)
+
+
+def _first_layer_s(cal: Calibration, st: Setting, layer: tuple[float, float, float], in_dim: int) -> float:
+    """Forward + backward seconds of the first layer alone (``in_dim`` wide inputs)."""
+    from gnnflow.advise.features import layer_terms
+    from gnnflow.strategies.memory import layer_dims
+
+    d_out = layer_dims(st.cfg, max(1, st.feature_dim), st.num_classes)[0][1]
+    terms = layer_terms(st.cfg.model, *layer, in_dim, d_out, st.cfg.heads if st.cfg.model == "gat" else 1)
+    return float(terms @ cal.layer_coefficients(st.cfg.model))
+
+
+def predict_p3(cal: Calibration, st: Setting, works: list[RankWork]) -> Prediction:
+    """P3*: data-parallel sampling plus the first blocks' structure to every rank (one all-gather
+    of pickled blocks), this rank's feature columns of every micro-batch's inputs, the first layer
+    of every micro-batch on those columns, the push of the partials and the pull of their
+    gradients, the layers above as data-parallel."""
+    cfg, p = st.cfg, st.workers
+    params = param_count(cfg, st.feature_dim, st.num_classes)
+    cols = max(1, st.feature_dim // max(1, p))
+    inline = not cfg.options.pipeline
+    ranks = []
+    for w in works:
+        it, layers, r = w.iterations, layer_tuples(w), Rank(cal, st)
+        r.work("sample", it * sample_hops(cal, layers, st.num_nodes))
+        remote_sampling(r, w, inline)
+        r.exchange("sample", 3 * it, ID_BYTES * w.count("structure_ids"), inline)
+        r.work("load", gather_s(cal, w.count("column_rows"), cols, it))
+        first = (w.per_iteration("first_layer_dst"), w.per_iteration("first_layer_src"),
+                 w.per_iteration("first_layer_edges"))
+        rest = fb_s(cal, st, layers) - _first_layer_s(cal, st, layers[0], st.feature_dim)
+        r.work("forward_backward", it * (_first_layer_s(cal, st, first, cols) + rest))
+        r.exchange("comm", 2 * 2 * it, 4.0 * w.count("push_floats") * 2)  # push forward, pull backward
+        r.allreduce(it, params)
+        r.step(it, params, "p3")
+        ranks.append(r)
+    return finish(cal, st, ranks)
+
+
+def predict_split(cal: Calibration, st: Setting, works: list[RankWork]) -> Prediction:
+    """Split parallelism: the rank's share of one global batch; per layer one id exchange when
+    sampling (two collectives) and one row shuffle forward and one backward (two each)."""
+    cfg = st.cfg
+    params = param_count(cfg, st.feature_dim, st.num_classes)
+    inline = not cfg.options.pipeline
+    ranks = []
+    for w in works:
+        it, layers, r = w.iterations, layer_tuples(w), Rank(cal, st)
+        nl = len(layers)
+        r.work("sample", it * sample_hops(cal, layers, st.num_nodes))
+        r.exchange("sample", 2 * nl * it, ID_BYTES * (w.count("remote_seeds") + w.count("served_seeds")), inline)
+        r.work("load", gather_s(cal, w.count("local_rows"), st.feature_dim, it))
+        r.work("forward_backward", it * fb_s(cal, st, layers))
+        r.exchange("comm", 2 * 2 * nl * it, 4.0 * (w.count("shuffle_floats") + w.count("shuffle_sent_floats")) * 2)
+        r.allreduce(it, params)
+        r.step(it, params, "split")
+        ranks.append(r)
+    return finish(cal, st, ranks)
+
+
+def hec_hit_rate(cfg: Any, w: RankWork, workers: int) -> float:
+    """The share of halo lookups that hit: what the peers pushed within the life span (``ls``
+    iterations, at most ``nc`` per peer, layer and iteration) over the rank's halo vertices, at
+    most 1 (DistGNN-MB §3.2; a rough figure: pushes go to the vertices in the batches)."""
+    opts = cfg.options
+    if opts.cache_lines == 0 or workers <= 1:
+        return 0.0
+    pushed = w.per_iteration("push_rows") / max(1, len(w.layers))
+    return float(min(1.0, pushed * max(1, opts.life_span) / max(1.0, w.count("halo"))))
+
+
+def predict_hec(cal: Calibration, st: Setting, works: list[RankWork]) -> Prediction:
+    """DistGNN-MB: local sampling and features; per layer the AEP push (three collectives) and
+    the cache lookup, then the layer over the solid sources and the halo rows that hit."""
+    cfg, p = st.cfg, st.workers
+    params = param_count(cfg, st.feature_dim, st.num_classes)
+    ranks = []
+    for w in works:
+        it, layers, r = w.iterations, layer_tuples(w), Rank(cal, st)
+        h = hec_hit_rate(cfg, w, p)
+        kept = [(dst, src - w.per_iteration(f"halo_src_l{i}") * (1 - h),
+                 edges - w.per_iteration(f"halo_edges_l{i}") * (1 - h)) for i, (dst, src, edges) in enumerate(layers)]
+        r.work("sample", it * sample_hops(cal, layers, st.num_nodes))
+        r.work("load", gather_s(cal, w.count("local_rows"), st.feature_dim, it))
+        r.work("forward_backward", it * fb_s(cal, st, kept) + w.count("halo_sources") * cal.gather["row"])
+        if cfg.options.cache_lines != 0:
+            nbytes = 4.0 * (w.count("push_floats") + w.count("push_floats_sent")) + 2 * ID_BYTES * w.count("push_rows")
+            r.exchange("comm", 3 * len(layers) * it, nbytes)
+        r.allreduce(it, params)
+        r.step(it, params, "hec")
+        ranks.append(r)
+    return finish(cal, st, ranks)
+
+
+def predict_distdgl(cal: Calibration, st: Setting, works: list[RankWork]) -> Prediction:
+    """The DistDGL peer: DGL's sampler (its calibrated rates), remote neighbourhoods and feature
+    rows by RPC from the servers, DGL's layers (their calibrated ratio to ours), DDP's all-reduce.
+    Sampler processes and servers compete for the same cores, so their work is the rank's."""
+    cfg = st.cfg
+    params = param_count(cfg, st.feature_dim, st.num_classes)
+    dgl = cal.dgl or {}
+    f_bytes = 4.0 * st.feature_dim
+    inline = cfg.options.num_samplers == 0
+    ranks = []
+    for w in works:
+        it, layers, r = w.iterations, layer_tuples(w), Rank(cal, st)
+        remote = w.count("remote_features")
+        r.work("sample", it * sample_hops(cal, layers, st.num_nodes, per_edge=dgl.get("edge"), per_hop=dgl.get("hop")))
+        r.exchange("sample", 2 * len(layers) * it, ID_BYTES * (w.count("remote_seeds") + w.count("served_edges")) * 2,
+                   inline)
+        r.work("load", gather_s(cal, w.count("input_vertices"), st.feature_dim, it) + remote * f_bytes * cal.gather["scatter"])
+        r.exchange("load", 2 * it, remote * (ID_BYTES + f_bytes) * 2, inline)
+        r.work("forward_backward", it * dgl.get("layer_ratio", 1.0) * fb_s(cal, st, layers))
+        r.allreduce(it, params)
+        r.step(it, params, "distdgl")
+        ranks.append(r)
+    return finish(cal, st, ranks)
+
+
+def spmm_width(layer: int, d_in: int, d_out: int) -> int:
+    """MG-GCN §4.4's order: the SpMM runs on the narrower side (layer 0: before the GEMM whenever
+    ``d_in <= 2 d_out``)."""
+    first = d_in <= 2 * d_out if layer == 0 else d_in < d_out
+    return d_in if first else d_out
+
+
+def predict_fullbatch(cal: Calibration, st: Setting, works: list[RankWork]) -> Prediction:
+    """MG-GCN: per layer P broadcast rounds of the narrower side's row blocks with the tile SpMM,
+    one GEMM forward and two backward, the backward SpMM except in the first layer (§4.4)."""
+    from gnnflow.strategies.memory import layer_dims
+
+    cfg, p = st.cfg, st.workers
+    params = param_count(cfg, st.feature_dim, st.num_classes)
+    dims = layer_dims(cfg, max(1, st.feature_dim), st.num_classes)
+    coef = cal.layer_coefficients("gcn")
+    ranks = []
+    for w in works:
+        n, nnz, r = w.count("local_rows"), w.count("tile_nnz"), Rank(cal, st)
+        for i, (d_in, d_out) in enumerate(dims):
+            width = spmm_width(i, d_in, d_out)
+            passes = 1 if i == 0 else 2  # the first layer's backward needs no SpMM
+            r.work("forward_backward", passes * nnz * width / cal.spmm + 3 * n * d_in * d_out / cal.gemm
+                   + 2 * coef[0] + coef[4] * 2 * n * (d_in + d_out))
+            r.exchange("comm", passes * (p - 1), passes * 4.0 * width * w.count("broadcast_rows"))
+        r.allreduce(1, params)
+        r.step(1, params, "fullbatch")
+        ranks.append(r)
+    return finish(cal, st, ranks)
+
+
+def predict_dgcl(cal: Calibration, st: Setting, works: list[RankWork]) -> Prediction:
+    """DGCL: the unchanged layers on ``inner <- inner | halo`` with a halo exchange before every
+    layer (projected rows for a narrowing GCN layer) and its reverse in backward."""
+    from gnnflow.strategies.memory import layer_dims
+
+    cfg = st.cfg
+    params = param_count(cfg, st.feature_dim, st.num_classes)
+    dims = layer_dims(cfg, max(1, st.feature_dim), st.num_classes)
+    project = cfg.model == "gcn" and cfg.options.project
+    ranks = []
+    for w in works:
+        r = Rank(cal, st)
+        r.work("forward_backward", fb_s(cal, st, layer_tuples(w)))
+        if cfg.options.planner != "replication":
+            for d_in, d_out in dims:
+                width = d_out if project and d_in > d_out else d_in
+                r.exchange("comm", 2 * 2, 2 * 4.0 * width * (w.count("halo_rows") + w.count("halo_rows_sent")))
+        r.allreduce(1, params)
+        r.step(1, params, "dgcl")
+        ranks.append(r)
+    return finish(cal, st, ranks)
+
+
+PREDICTORS = {"single": predict_single, "data": predict_data, "distdgl": predict_distdgl,
+              "split": predict_split, "p3": predict_p3, "hec": predict_hec, "fullbatch": predict_fullbatch,
+              "dgcl": predict_dgcl}
+
+
+def predict(cal: Calibration, st: Setting, works: list[RankWork]) -> Prediction:
+    """The epoch of ``st.cfg.strategy`` on ``works`` (one :class:`RankWork` per rank)."""
+    pred = PREDICTORS[st.cfg.strategy](cal, st, works)
+    if not math.isfinite(pred.epoch_s):
+        raise ValueError(f"cost model: no finite epoch time for {st.cfg.strategy}")
+    return pred

@@ -1,0 +1,294 @@
+"""``gnnflow advise`` (issue 35): the cost model's counts are the records' counts, an advice on a
+tiny graph takes seconds, a candidate the preflight refuses is never ranked, the bench's
+statistics, the workflow's advice rule and top-K selection."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from gnnflow.advise.calibrate import Calibration, read_calibration
+from gnnflow.config import TrainConfig
+from gnnflow.errors import ConfigError
+
+#: plausible rates of a small 2-core host (CPU seconds), so tests need no calibration run
+RATES = {
+    "sampler": {"hop": 6e-4, "row": 1e-8, "edge": 7e-8, "scan": 1e-10},
+    "gather": {"call": 2e-6, "row": 3e-8, "byte": 1e-10, "scatter": 5e-10},
+    "layers": {m: {"layer": 1e-3, "gemm": 1e-10, "agg": 1e-9, "edges": 2e-8, "rows": 2e-9}
+               for m in ("sage", "gcn", "gat")},
+    "step": {"call": 3e-4, "param": 5e-9},
+    "gemm": 2e10, "spmm": 6e8, "op": 5e-6, "threads": 1.5,
+    "collectives": {"1": {"allreduce_latency": 0.0, "allreduce_byte": 0.0, "latency": 0.0, "byte": 0.0,
+                          "latency_cpu": 0.0, "cores": 1.0},
+                    "2": {"allreduce_latency": 2e-4, "allreduce_byte": 1e-9, "latency": 3e-4, "byte": 2e-9,
+                          "latency_cpu": 1e-4, "cores": 2.0},
+                    "4": {"allreduce_latency": 6e-4, "allreduce_byte": 2e-9, "latency": 8e-4, "byte": 4e-9,
+                          "latency_cpu": 2e-4, "cores": 2.0}},
+    "dgl": {"hop": 2e-3, "edge": 9e-8, "layer_ratio": 1.2},
+}
+
+
+def fake_calibration(path: Path) -> Path:
+    path.write_text(Calibration(created="test", **RATES).to_json())
+    return path
+
+
+@pytest.fixture(scope="module")
+def graph_book(tmp_path_factory):
+    from gnnflow.data.synthetic import prepare_synthetic
+    from gnnflow.partition.api import partition_graph
+
+    tmp = tmp_path_factory.mktemp("advise")
+    store = prepare_synthetic(tmp / "graph", num_nodes=3000, avg_degree=8, feature_dim=16)
+    book = partition_graph(store.path, "metis", 2, tmp / "book", seed=0)
+    return str(store.path), str(book.path), tmp
+
+
+def _config(graph: str, **kw) -> TrainConfig:
+    return TrainConfig(**{"graph": graph, "hidden": 16, "fanouts": [5, 5], "batch_size": 256, "workers": 2, **kw})
+
+
+# ------------------------------------------------------------------------------------------ counts
+#: per strategy, the record counters the probe counts exactly (epoch totals, summed over ranks)
+EXACT = {
+    "single": {"sampled_edges": "sampled_edges", "features_loaded": "features_loaded"},
+    "data": {k: k for k in ("sampled_edges", "input_vertices", "features_loaded", "remote_features", "cache_hits")},
+    "split": {"sampled_edges": "sampled_edges", "input_vertices": "input_vertices",
+              "features_loaded": "features_loaded", "shuffled_rows": "shuffle_rows"},
+    "p3": {"sampled_edges": "sampled_edges", "input_vertices": "input_vertices",
+           "features_loaded": "features_loaded", "feature_column_rows": "column_rows"},
+    "hec": {"sampled_edges": "sampled_edges", "input_vertices": "input_vertices",
+            "features_loaded": "features_loaded", "halo_vertices": "halo_sources"},
+}
+
+
+def test_counts_equal_the_counts_the_records_measure(graph_book):
+    """One epoch of every mini-batch strategy (the data-parallel hot-row cache on, 600 rows), and
+    the probe's counts of the same epoch: sampled edges, inputs, loaded rows, cache hits, remote
+    rows, shuffled rows are equal, exactly (the draws are keyed by seed, epoch, batch, vertex)."""
+    from gnnflow.advise.advice import candidate_config
+    from gnnflow.advise.counts import ProbeInput, probe
+    from gnnflow.advise.measure import measure
+
+    graph, book, _ = graph_book
+    base = _config(graph, gcn_degrees="block")
+    opts = {"single": {}, "data": {"cache_rows": 600, "pipeline": False}}
+    cfgs = [candidate_config(base, s, opts.get(s, {"pipeline": False}), book) for s in EXACT]
+    got = measure([c.to_dict() for c in cfgs], epochs=1)
+    inp = ProbeInput.read(cfgs[0], book)
+    for cfg, m in zip(cfgs, got, strict=True):
+        assert "error" not in m, (cfg.strategy, m)
+        inp.cfg = cfg
+        works = probe(cfg, inp)
+        iterations = m["per_rank"][0][0]["counters"]["iterations"]
+        assert works[0].iterations == iterations, cfg.strategy
+        for recorded, counted in EXACT[cfg.strategy].items():
+            want = sum(w.count(counted) for w in works)
+            assert m["counts"].get(recorded, 0.0) == pytest.approx(want, rel=1e-9, abs=1e-6), (cfg.strategy, recorded)
+        if cfg.strategy == "data":
+            assert m["counts"]["cache_hits"] > 0 and m["counts"]["remote_features"] > 0
+
+
+def test_probe_scales_a_few_batches_to_the_epoch(graph_book):
+    from gnnflow.advise.advice import candidate_config
+    from gnnflow.advise.counts import ProbeInput, probe
+
+    graph, book, _ = graph_book
+    cfg = candidate_config(_config(graph, batch_size=128), "data", {}, book)
+    full = probe(cfg, ProbeInput.read(cfg, book))
+    few = probe(cfg, ProbeInput.read(cfg, book, max_batches=3))
+    assert few[0].probed == 3 and full[0].probed == full[0].iterations > 3
+    assert few[0].count("sampled_edges") == pytest.approx(full[0].count("sampled_edges"), rel=0.15)
+
+
+# ------------------------------------------------------------------------------------------ advice
+def test_advise_on_a_tiny_graph_runs_in_seconds(graph_book, capsys):
+    from gnnflow.cli import main
+
+    graph, book, tmp = graph_book
+    cal = fake_calibration(tmp / "cal.json")
+    t0 = time.perf_counter()
+    assert main(["advise", "--graph", graph, "--partition", book, "--workers", "2", "--hidden", "16",
+                 "--fanouts", "5,5", "--calibration", str(cal), "--format", "json"]) == 0
+    took = time.perf_counter() - t0
+    adv = json.loads(capsys.readouterr().out)
+    rows = {r["label"]: r for r in adv["rows"]}
+    assert {r["strategy"] for r in adv["rows"]} == {"single", "data", "distdgl", "split", "p3", "hec", "fullbatch", "dgcl"}
+    assert "GCN" in rows["fullbatch"]["refused"] and rows["fullbatch"]["rank"] is None  # sage: MG-GCN trains GCN
+    ranked = sorted((r for r in adv["rows"] if r["rank"]), key=lambda r: r["rank"])
+    assert [r["rank"] for r in ranked] == list(range(1, len(ranked) + 1)) and len(ranked) >= 8
+    assert [r["predicted_epoch_s"] for r in ranked] == sorted(r["predicted_epoch_s"] for r in ranked)
+    for r in ranked:
+        assert r["fits"] and r["peak_mib_per_rank"] > 0 and r["reason"] and r["predicted_epoch_s"] > 0
+    assert took < 60, took
+    # the same advice as text and markdown tables
+    for fmt, marker in (("text", "advice for"), ("markdown", "| # | candidate |")):
+        assert main(["advise", "--graph", graph, "--partition", book, "--workers", "2", "--hidden", "16",
+                     "--fanouts", "5,5", "--calibration", str(cal), "--format", fmt, "--strategies", "data,hec"]) == 0
+        out = capsys.readouterr().out
+        assert marker in out and "hec" in out and "split" not in out
+
+
+def test_never_recommends_what_the_preflight_refuses(graph_book, monkeypatch):
+    """With the memory the preflight sees between the smallest and the largest candidate's need,
+    every ranked candidate passes ``check_memory`` and every other one is refused by it."""
+    from gnnflow.advise.advice import advise
+    from gnnflow.errors import ResourceError
+    from gnnflow.strategies.base import strategy_class
+    from gnnflow.strategies.memory import check_memory
+
+    graph, book, tmp = graph_book
+    cal = read_calibration(fake_calibration(tmp / "cal2.json"))
+    base = _config(graph, model="gcn")
+    needs = sorted(r.host_mib for r in advise(base, book, cal).rows if r.host_mib)
+    monkeypatch.setenv("GNNFLOW_MEMORY_AVAILABLE_MIB", str((needs[0] + needs[-1]) / 2))
+    adv = advise(base, book, cal)
+    assert 0 < len(adv.ranked) < len(adv.rows)
+    for r in adv.rows:
+        if not r.settings:
+            continue
+        cfg = TrainConfig.from_dict({**r.settings, "options": r.settings["options"]})
+        cls = strategy_class(cfg.strategy)
+        cfg = cls.parse_options(cfg)
+        if r.rank is not None:
+            check_memory(cfg, cls)  # passes
+        elif "memory:" in r.refused:
+            with pytest.raises(ResourceError):
+                check_memory(cfg, cls)
+    monkeypatch.setenv("GNNFLOW_MEMORY_AVAILABLE_MIB", "1")
+    assert advise(base, book, cal).ranked == []
+
+
+def test_cost_model_reads_the_rates(graph_book):
+    """A slower sampler makes every mini-batch strategy slower and moves its sampling stage;
+    four ranks on two cores get half a core each."""
+    from gnnflow.advise.advice import advise
+
+    graph, book, tmp = graph_book
+    cal = read_calibration(fake_calibration(tmp / "cal3.json"))
+    base = _config(graph)
+    before = {r.label: r.prediction for r in advise(base, book, cal, strategies=["data", "split"]).rows}
+    cal.sampler["edge"] *= 10
+    after = {r.label: r.prediction for r in advise(base, book, cal, strategies=["data", "split"]).rows}
+    for k in before:
+        assert after[k].epoch_s > before[k].epoch_s
+        assert after[k].stages["sample"] > 1.5 * before[k].stages["sample"]
+    from gnnflow.advise.cost import Setting, share
+
+    st = Setting(cfg=base, feature_dim=16, num_classes=8, num_nodes=3000, workers=4)
+    assert share(cal, st) == pytest.approx(0.5)
+
+
+def test_calibration_file_errors_name_the_file(tmp_path):
+    with pytest.raises(ConfigError, match="no such file"):
+        read_calibration(tmp_path / "none.json")
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    with pytest.raises(ConfigError, match="bad.json"):
+        read_calibration(bad)
+    old = tmp_path / "old.json"
+    old.write_text(json.dumps({**json.loads(Calibration(**RATES).to_json()), "version": 0}))
+    with pytest.raises(ConfigError, match="version 0"):
+        read_calibration(old)
+
+
+def test_calibration_pieces_are_fast_and_positive():
+    """The sampler, gather and step microbenchmarks on a small graph; the host's cores."""
+    import torch
+
+    from gnnflow.advise.calibrate import calibrate_sampler, calibrate_step, calibration_graph
+    from gnnflow.advise.collectives import host_cores
+
+    torch.set_num_threads(1)
+    indptr, indices = calibration_graph(nodes=5000)
+    s = calibrate_sampler(indptr, indices)
+    assert s["edge"] > 0 and s["hop"] >= 0
+    assert calibrate_step()["param"] > 0
+    assert 0 < host_cores(1) <= 1.0
+
+
+# ------------------------------------------------------------------------------------------ bench
+def test_kendall_tau_and_the_bench_statistics(tmp_path):
+    import argparse
+
+    from gnnflow.bench.advise import kendall_tau, summarize
+    from gnnflow.bench.ratios import check_ratios
+
+    assert kendall_tau([1, 2, 3, 4], [10, 20, 30, 40]) == pytest.approx(1.0)
+    assert kendall_tau([1, 2, 3, 4], [40, 30, 20, 10]) == pytest.approx(-1.0)
+    assert kendall_tau([1, 2, 3], [1, 3, 2]) == pytest.approx(1 / 3)
+
+    def row(label, strategy, pred, meas):
+        return {"label": label, "strategy": strategy, "predicted_epoch_s": pred, "measured": {"epoch_s": meas}}
+
+    configs = {"g-w2": [row("data", "data", 1.0, 1.2), row("split", "split", 2.0, 1.9), row("hec", "hec", 3.0, 2.0)],
+               "g-w4": [row("data", "data", 1.5, 1.0), row("split", "split", 1.0, 1.05), row("hec", "hec", 2.0, 4.0)]}
+    args = argparse.Namespace(model="gcn", hidden=64, fanouts="10,10", batch_size=1024)
+    res = summarize(configs, tmp_path / "cal.json", args, 1.0)
+    assert res["strategies"]["hec"]["median"] == pytest.approx(0.5 * (1.0 / 2.0 + 2.0 / 4.0))
+    assert res["strategies"]["data"]["worst"] == pytest.approx(0.5)
+    assert res["configs"]["g-w2"]["tau"] == pytest.approx(1.0)
+    assert res["configs"]["g-w4"]["predicted_fastest"] == "split"
+    assert res["configs"]["g-w4"]["fastest_ratio"] == pytest.approx(1.05)
+    assert not check_ratios(res)
+
+
+# ------------------------------------------------------------------------------------------ workflow
+def test_workflow_advice_groups_settings_and_top_k(tmp_path):
+    import copy
+
+    import yaml
+
+    from gnnflow.workflow import (
+        advice_groups,
+        advice_settings,
+        expand_runs,
+        keep_run,
+        validate_config,
+    )
+
+    root = Path(__file__).resolve().parents[1]
+    cfg = validate_config(copy.deepcopy(yaml.safe_load((root / "config" / "config.yaml").read_text())))
+    assert advice_groups(cfg) == {("synthetic", 4): "metis4"}
+    s = advice_settings(cfg, "synthetic", 4)
+    assert s["workers"] == 4 and s["model"] == "sage" and s["fanouts"] == [10, 10]
+    off = copy.deepcopy(cfg)
+    off["advise"]["enabled"] = False
+    assert advice_groups(off) == {}
+    advice = tmp_path / "a.json"
+    advice.write_text(json.dumps({"rows": [{"strategy": "data", "rank": 2}, {"strategy": "split", "rank": 1},
+                                           {"strategy": "data", "rank": 3}, {"strategy": "hec", "rank": 4},
+                                           {"strategy": "fullbatch", "rank": None}]}))
+    kept = {r.strategy for r in expand_runs(cfg) if keep_run(r, advice, 2)}
+    assert kept == {"single", "split", "data"}
+    assert {r.strategy for r in expand_runs(cfg) if keep_run(r, advice, None)} == {r.strategy for r in expand_runs(cfg)}
+    bad = copy.deepcopy(cfg)
+    bad["advise"]["top_k"] = 0
+    with pytest.raises(ConfigError, match="advise.top_k"):
+        validate_config(bad)
+
+
+def test_workflow_dry_run_with_advice_and_top_k(tmp_path):
+    import shutil
+    import subprocess
+    import sys
+
+    import yaml
+
+    root = Path(__file__).resolve().parents[1]
+    cfg = yaml.safe_load((root / "config" / "config.yaml").read_text())
+    cfg["advise"] = {"top_k": 2}
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    exe = shutil.which("snakemake") or str(Path(sys.executable).parent / "snakemake")
+    proc = subprocess.run([exe, "-n", "--profile", "profiles/default", "--configfile", str(path), "--config",
+                           f"results={tmp_path}/results"], cwd=root, capture_output=True, text=True, timeout=600)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-3000:]
+    for job in ("advise_calibrate", "advise ", "advice_report"):
+        assert job in out
+    assert "checkpoint" in out
