@@ -10,7 +10,7 @@ import math
 import pytest
 
 from gnnflow.bench.ratios import check_ratios
-from gnnflow.bench.scale import exponent, parse_size
+from gnnflow.bench.scale import epoch_split, exponent, markdown, parse_size, peer_ratios
 from gnnflow.cli import main as cli_main
 from gnnflow.errors import ConfigError
 
@@ -33,6 +33,8 @@ def test_bench_scale_table_rows_exponents_and_counts(tmp_path, capsys):
         if r["stage"] in ("data", "fullbatch"):
             assert len(r["rank_peak_rss_mib"]) == 2 and r["predicted_peak_rss_mib"] > 0
             assert r["epoch_s"] > 0 and 0 <= r["test_acc"] <= 1
+            # training and evaluation apart (slowest rank each): both ran, neither exceeds the epoch
+            assert 0 < r["train_s"] <= r["epoch_s"] and 0 < r["eval_s"] <= r["epoch_s"]
             assert set(r["counts"]) >= {"sampled_edges", "bytes_sent"}
     data = [r for r in result["rows"] if r["stage"] == "data"]
     assert all(r["counts"]["sampled_edges"] > 0 for r in data)  # counted, not only timed
@@ -43,6 +45,7 @@ def test_bench_scale_table_rows_exponents_and_counts(tmp_path, capsys):
         assert e["from"] == "2000:8:0.2" and e["to"] == "4000:8:0.2"
         assert math.isfinite(e["time_exponent"]) and math.isfinite(e["memory_exponent"])
     text = out.read_text()
+    assert "| training s | evaluation s |" in text
     lines = text.splitlines()
     assert sum(ln.startswith("| 2000:8:0.2 |") for ln in lines) == 4
     assert sum(ln.startswith("| 4000:8:0.2 |") for ln in lines) == 4
@@ -66,3 +69,27 @@ def test_sizes_and_exponents():
         parse_size("huge")
     assert exponent(1.0, 4.0, 1000, 2000) == pytest.approx(2.0)
     assert math.isnan(exponent(float("nan"), 1.0, 1, 2))
+
+
+def test_training_and_evaluation_apart_for_every_strategy_and_the_peer():
+    """The table builder: each run's epoch split into training and evaluation (the slowest rank's
+    of each), and per strategy the three ratios against the DistDGL peer of the same size."""
+    import argparse
+
+    recs = [{"time_epoch": 10.0, "time_eval": 6.0}, {"time_epoch": 9.0, "time_eval": 2.0}]
+    assert epoch_split(recs) == {"train_s": 7.0, "eval_s": 6.0}
+    base = {"size": "1m", "nodes": 10, "edges": 20, "rc": 0, "peak_rss_mib": 1.0}
+    rows = [{**base, "stage": "prepare", "wall_s": 1.0},
+            {**base, "stage": "data", "epoch_s": 10.0, "train_s": 4.0, "eval_s": 6.0},
+            {**base, "stage": "hec", "epoch_s": 12.0, "train_s": 6.0, "eval_s": 6.0},
+            {**base, "stage": "distdgl", "epoch_s": 20.0, "train_s": 8.0, "eval_s": 12.0}]
+    got = {q["name"]: (q["value"], q["goal"]) for q in peer_ratios(rows)}
+    assert got == {"data / DistDGL: whole epoch with evaluation, 1m": (0.5, "<= 0.6"),
+                   "data / DistDGL: training (the epoch without evaluation), 1m": (0.5, "<= 0.5"),
+                   "data / DistDGL: evaluation, 1m": (0.5, "<= 0.5"),
+                   "hec / DistDGL: whole epoch with evaluation, 1m": (0.6, None),
+                   "hec / DistDGL: training (the epoch without evaluation), 1m": (0.75, None),
+                   "hec / DistDGL: evaluation, 1m": (0.5, None)}
+    text = markdown(rows, [], argparse.Namespace(workers=4, fanouts="15,10,5", hidden=256, batch_per_rank=1000))
+    assert "| 1m | 10 | 20 | distdgl | 0 | 20.0 | 8.0 | 12.0 |" in text
+    assert "| 1m | data | 10.0 / 20.0 s = 0.500 | 4.0 / 8.0 s = 0.500 | 6.0 / 12.0 s = 0.500 |" in text

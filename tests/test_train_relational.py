@@ -97,7 +97,7 @@ def test_relational_settings_refused_in_one_line(hetero, tiny_store, tmp_path, c
     cases = [
         (["--graph", str(tiny_store.path), "--model", "rgcn", "--fanouts", "3,3"], "need a homogenized"),
         (["--graph", str(hetero.path), "--model", "rgcn", "--strategy", "split", "--workers", "2",
-          "--fanouts", "3,3"], "strategy 'split' does not sample per relation"),
+          "--fanouts", "3,3"], "strategy 'split' has no typed (per-relation) path"),
         (["--graph", str(hetero.path), "--model", "rgcn", "--self-loops", "--fanouts", "3,3"], "self_loops"),
         (["--graph", str(hetero.path), "--model", "sage", "--fanouts", "cites:3;3"], "names no count for"),
     ]

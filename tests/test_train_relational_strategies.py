@@ -63,4 +63,4 @@ def test_split_and_p3_refuse_relational_models_in_one_line(typed_book, tmp_path,
                      "--workers", "2", "--model", "rgcn", "--fanouts", "3,3", "--epochs", "1",
                      "--out", str(tmp_path / "run")]) != 0
     err = capsys.readouterr().err.strip()
-    assert f"strategy {strategy!r} does not sample per relation" in err and "\n" not in err
+    assert f"strategy {strategy!r} has no typed (per-relation) path" in err and "\n" not in err

@@ -164,11 +164,13 @@ def same_function(cfg: Any, store: Any, typed: Any, side: DGLSide) -> float:
     from gnnflow.nn import build_model_from_config
     from gnnflow.nn.peer import dgl_relational_from_config
     from gnnflow.strategies.common import full_inference
+    from gnnflow.strategies.relational import make_embeddings
 
     tm = typed.typemap
     ours = build_model_from_config(cfg, store.feature_dim, int(store.num_classes), schema=typed.schema)
     theirs = dgl_relational_from_config(cfg, typed.schema, tm.node_types, tm.edge_types, side.num_classes)
-    theirs.copy_from(ours)
+    typed.embeddings = make_embeddings(typed.schema, typed.offsets, np.arange(store.num_nodes), cfg)
+    theirs.copy_from(ours, typed.embeddings)
     a = full_inference(ours, store.indptr, store.indices, None, typed=typed)
     theirs.eval()
     with torch.no_grad():

@@ -180,6 +180,7 @@ def run_size(label: str, nodes: int, degree: float, frac: float, args: argparse.
         row["launcher_peak_rss_mib"] = row.pop("peak_rss_mib")
         if recs:
             row["epoch_s"] = max(float(r["time_epoch"]) for r in recs)
+            row.update(epoch_split(recs))
             row["peak_rss_mib"] = max(float(r["mem_peak_rss_mib"]) for r in recs)
             row["rank_peak_rss_mib"] = [float(r["mem_peak_rss_mib"]) for r in sorted(recs, key=lambda r: r["rank"])]
             helpers = {k: max(float(r[k]) for r in recs if k in r) for r0 in recs for k in r0
@@ -203,6 +204,40 @@ def run_size(label: str, nodes: int, degree: float, frac: float, args: argparse.
             row["predicted_error"] = str(exc)
         rows.append(row)
     return rows
+
+
+def epoch_split(recs: list[dict[str, Any]]) -> dict[str, float]:
+    """Training and evaluation of the epoch apart, each the slowest rank's: ``eval_s`` the
+    evaluation timer (``time_eval``; every strategy and the DistDGL peer record it), ``train_s``
+    the epoch without it."""
+    evals = [float(r.get("time_eval", 0.0) or 0.0) for r in recs]
+    return {"train_s": max(float(r["time_epoch"]) - e for r, e in zip(recs, evals, strict=True)),
+            "eval_s": max(evals)}
+
+
+#: what each part of the epoch must come to against the DistDGL peer (issue 36's acceptance)
+PEER_GOALS = {"epoch_s": "<= 0.6", "train_s": "<= 0.5", "eval_s": "<= 0.5"}
+PARTS = {"epoch_s": "whole epoch with evaluation", "train_s": "training (the epoch without evaluation)",
+         "eval_s": "evaluation"}
+
+
+def peer_ratios(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per size and strategy, the epoch, its training and its evaluation against the DistDGL
+    peer's on the same graph and book (goals for ``data``, the strategy the peer implements)."""
+    out = []
+    peers = {r["size"]: r for r in rows if r["stage"] == "distdgl" and not r["rc"] and "eval_s" in r}
+    for r in rows:
+        peer = peers.get(r["size"])
+        if peer is None or r["stage"] not in STRATEGIES or r["stage"] == "distdgl" or r["rc"] or "eval_s" not in r:
+            continue
+        for key, what in PARTS.items():
+            if not (r[key] > 0 and peer[key] > 0):
+                continue
+            out.append(ratio(f"{r['stage']} / DistDGL: {what}, {r['size']}",
+                             operand(r[key], "s", f"gnnflow {r['stage']}: {what}, slowest rank"),
+                             operand(peer[key], "s", f"DistDGL peer: {what}, slowest rank"),
+                             goal=PEER_GOALS[key] if r["stage"] == "data" else None))
+    return out
 
 
 def _config_dict(strategy: str, graph: Path, book: Path, args: argparse.Namespace) -> dict[str, Any]:
@@ -251,17 +286,29 @@ def markdown(rows: list[dict[str, Any]], exps: list[dict[str, Any]], args: argpa
     lines = [f"Scale: {args.workers} ranks/parts, SAGE {len(str(args.fanouts).split(','))}x{args.hidden} "
              f"fanouts {args.fanouts}, {args.batch_per_rank} targets per rank (GCN 2x{args.hidden} for "
              "fullbatch, dgcl); one epoch with evaluation.", "",
-             "| size | vertices | edges | stage | rc | time s | peak RSS MiB (max rank) | predicted MiB | "
-             "predicted/measured | sampled edges |",
-             "|---|---:|---:|---|---:|---:|---:|---:|---:|---:|"]
+             "| size | vertices | edges | stage | rc | time s | training s | evaluation s | "
+             "peak RSS MiB (max rank) | predicted MiB | predicted/measured | sampled edges |",
+             "|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         t = r.get("epoch_s", r.get("wall_s"))
         pred = r.get("predicted_peak_rss_mib")
         meas = r.get("peak_rss_mib", float("nan"))
         rat = pred / meas if pred and meas and not math.isnan(meas) else float("nan")
         lines.append(f"| {r['size']} | {r['nodes']} | {r['edges']} | {r['stage']} | {r['rc']} | {_fmt(t, 1)} | "
+                     f"{_fmt(r.get('train_s'), 1)} | {_fmt(r.get('eval_s'), 1)} | "
                      f"{_fmt(meas)} | {_fmt(pred)} | {_fmt(rat, 2)} | "
                      f"{_fmt(r.get('counts', {}).get('sampled_edges'))} |")
+    against = peer_ratios(rows)
+    if against:
+        lines += ["", "Against the DistDGL peer (same graph, book and settings; slowest rank):", "",
+                  "| size | strategy | epoch | training | evaluation |", "|---|---|---:|---:|---:|"]
+        peers = {r["size"]: r for r in rows if r["stage"] == "distdgl" and "eval_s" in r}
+        for r in rows:
+            peer = peers.get(r["size"])
+            if peer is None or r["stage"] == "distdgl" or "eval_s" not in r:
+                continue
+            cells = [f"{r[k]:.1f} / {peer[k]:.1f} s = {r[k] / peer[k]:.3f}" if peer[k] > 0 else "-" for k in PARTS]
+            lines.append(f"| {r['size']} | {r['stage']} | " + " | ".join(cells) + " |")
     lines += ["", "Growth exponents log(t2/t1)/log(n2/n1) (time; training: the epoch) and of peak RSS:", "",
               "| stage | from | to | time exponent | memory exponent |", "|---|---|---|---:|---:|"]
     for e in exps:
@@ -311,13 +358,18 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     if not ratios:  # nothing trained: the prepare/partition figures still make a result
         ratios.append(ratio("bench scale: no training run", operand(0.0, "runs", "gnnflow train", "counted"),
                             operand(1.0, "runs", "requested", "counted")))
+    memory = list(ratios)
+    against = peer_ratios(rows)
+    ratios += against
     result = headline({"rows": rows, "exponents": exps, "table": table,
                        "counts": {"sizes": len(sizes), "rows": len(rows), "runs": sum(1 for r in rows if r["stage"]
                                                                                      in STRATEGIES),
                                   "failed": sum(1 for r in rows if r["rc"])}}, ratios)
-    worst = max(ratios, key=lambda q: abs(math.log(q["value"])) if q["value"] > 0 else float("inf"))
+    worst = max(memory, key=lambda q: abs(math.log(q["value"])) if q["value"] > 0 else float("inf"))
+    peer = "; ".join(f"{q['name']} {q['value']:.3f}" for q in against if q["name"].startswith("data /"))
     result["summary"] = (f"bench scale: {len(rows)} stages over {len(sizes)} size(s), "
                          f"{result['counts']['failed']} failed; predicted/measured peak "
-                         f"{min(q['value'] for q in ratios):.2f}..{max(q['value'] for q in ratios):.2f} "
-                         f"(furthest: {worst['name']})" + (f" -> {args.out}" if args.out else ""))
+                         f"{min(q['value'] for q in memory):.2f}..{max(q['value'] for q in memory):.2f} "
+                         f"(furthest: {worst['name']})" + (f"; {peer}" if peer else "")
+                         + (f" -> {args.out}" if args.out else ""))
     return result

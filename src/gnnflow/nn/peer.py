@@ -134,16 +134,21 @@ class DGLRelationalModel(torch.nn.Module):
         self.activation = ACTIVATIONS[activation or default_activation(model)]
 
     @torch.no_grad()
-    def copy_from(self, ours: torch.nn.Module) -> None:
+    def copy_from(self, ours: torch.nn.Module, embeddings: Any = None) -> None:
         """Take the weights of ``ours``, a :class:`~gnnflow.nn.model.GNN` of the same settings
-        (relation ``r`` is ``etypes[r]``), so that both compute the same function."""
+        (relation ``r`` is ``etypes[r]``), and the featureless types' rows of ``embeddings`` (a
+        :class:`~gnnflow.strategies.embedding.NodeEmbeddings` holding every such vertex; they are
+        not model parameters on our side), so that both compute the same function."""
         for key, lin in ours.input_layer.project.items():
             mine = self.project.linears[self.ntypes[int(key)]]
             mine.weight.copy_(lin.weight)
             mine.bias.copy_(lin.bias)
-        for key, emb in ours.input_layer.embed.items():
-            assert self.embed is not None
-            self.embed.embeds[self.ntypes[int(key)]].weight.copy_(emb.weight)
+        if self.embed is not None:
+            if embeddings is None:
+                raise ValueError("copy_from: the featureless types' embedding rows are needed (embeddings=)")
+            types = embeddings.type_of(embeddings.owned)
+            for t in embeddings.featureless:  # owned ids are sorted: a type's rows in per-type id order
+                self.embed.embeds[self.ntypes[t]].weight.copy_(embeddings.weight[torch.from_numpy(types == t)])
         for conv, layer in zip(self.layers, ours.layers, strict=True):
             if self.model == "rgcn":
                 conv.linear_r.W.copy_(layer.weight)

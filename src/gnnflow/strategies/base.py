@@ -67,8 +67,8 @@ class Strategy(ABC):
         """Refuse a relational model or per-relation fanouts where this strategy has no typed path."""
         if cfg.relational and not cls.relational:
             what = f"model {cfg.model}" if cfg.model in RELATIONAL_MODELS else "per-relation fanouts"
-            raise ConfigError(f"{what}: strategy {cls.name!r} does not sample per relation yet; "
-                              "use --strategy single")
+            raise ConfigError(f"{what}: strategy {cls.name!r} has no typed (per-relation) path; use --strategy "
+                              "single, data or hec (docs/hetero.md, 'What each strategy supports')")
 
     @classmethod
     def estimate_memory(cls, cfg: TrainConfig) -> Any:

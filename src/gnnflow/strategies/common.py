@@ -174,6 +174,7 @@ def full_inference(model: GNN, indptr: np.ndarray, indices: np.ndarray, features
     (blocks carry them, built by the typed sampler on the host; a model with an input layer reads
     per-type rows instead of ``features``)."""
     from gnnflow.strategies.device_eval import chunk_rows, fits_on_device
+    from gnnflow.strategies.memory import BLOCK_EDGE_BYTES
 
     device = torch.device(device)
     typed_rows = typed is not None and model.input_layer is not None
@@ -210,7 +211,8 @@ def full_inference(model: GNN, indptr: np.ndarray, indices: np.ndarray, features
         step = chunk_size or chunk_rows(num_nodes, num_edges, in_dim, device)
         spans = [(s, min(s + step, num_nodes)) for s in range(0, num_nodes, step)]
         # the blocks are built once for every layer, unless a GPU has no room to keep them
-        kept: list[Block] | None = [] if device.type == "cpu" or fits_on_device(3 * 8 * num_edges, device) else None
+        kept: list[Block] | None = [] if device.type == "cpu" or fits_on_device(BLOCK_EDGE_BYTES * num_edges, device) \
+            else None
         for i in range(model.num_layers if layers is None else layers):
             # each chunk's rows go straight into the layer's table (concatenating the chunks'
             # outputs would hold every hidden row twice); the table stays on a GPU where it fits

@@ -105,6 +105,9 @@ ACT_SRC = 2.0  # floats per source row and output feature of a layer that projec
 DISTINCT_POOL = 0.65
 EVAL_CHUNKS = 4  # 64 MiB chunks of source rows alive in inference (rows, fetched halo, copy, output)
 CHUNK = 64 * MIB
+#: bytes per edge of the full-neighbourhood blocks whole-graph inference keeps for every layer
+#: (:func:`gnnflow.strategies.common.full_inference`: int64 indices, source ids, source degrees)
+BLOCK_EDGE_BYTES = 3 * 8
 #: DGCL: floats per gathered source row and input width (the gathered rows of a layer's forward),
 #: per destination row and output width (the saved activations and their gradients in backward);
 #: fitted on 4-rank GCN 2x256 runs of the 1M-vertex and products-shaped graphs (measured within 6 %)

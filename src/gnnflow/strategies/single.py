@@ -62,7 +62,7 @@ from gnnflow.strategies.common import (
 from gnnflow.strategies.device_cache import DeviceFeatureCache, record_hit_rate
 from gnnflow.strategies.device_path import DevicePathOptions, device_cache_mib, sampling_device
 from gnnflow.strategies.embedding import JointOptimizer
-from gnnflow.strategies.memory import BASE, CHUNK, EVAL_CHUNKS, RunSizes
+from gnnflow.strategies.memory import BASE, BLOCK_EDGE_BYTES, CHUNK, EVAL_CHUNKS, RunSizes
 from gnnflow.strategies.relational import TypedGraph, make_embeddings
 
 
@@ -88,13 +88,15 @@ class SingleProcess(Strategy):
 
     @classmethod
     def memory_terms(cls, run: RunSizes, r: int) -> tuple[dict[str, int], dict[str, int]]:
-        """The whole store (features, CSR, labels), one batch and the whole graph's evaluation."""
+        """The whole store (features, CSR, labels), one batch and the whole graph's evaluation
+        (on the CPU with the blocks it keeps for every layer, ``BLOCK_EDGE_BYTES`` per edge)."""
         cfg, sizes = run.cfg, run.sizes
         n, m = sizes.num_nodes, sizes.num_edges
+        blocks = BLOCK_EDGE_BYTES * m if cfg.device == "cpu" else 0
         return {"baseline": BASE, "model": run.model,
                 "store": int(4 * n * run.f_dim + 8 * (n + 1) + sizes.store_idx_bytes * m + 8 * n),
                 "batch": int(run.batch_rows + run.acts),
-                "evaluation": int(EVAL_CHUNKS * CHUNK + 4 * n * (cfg.hidden + run.classes))}, {}
+                "evaluation": int(EVAL_CHUNKS * CHUNK + 4 * n * (cfg.hidden + run.classes) + blocks)}, {}
 
     def __init__(self, cfg: TrainConfig, ctx: RankContext | None = None) -> None:
         super().__init__(cfg, ctx or RankContext())
