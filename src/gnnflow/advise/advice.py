@@ -235,12 +235,12 @@ def advise(base: Any, book: str | None, cal: Calibration, nnodes: int = 1, strat
                   probe_s=time.perf_counter() - t0)
 
 
-def measure_top(advice: Advice, k: int, epochs: int = 2) -> None:
+def measure_top(advice: Advice, k: int, epochs: int = 2, timeout_s: float = 1800.0) -> None:
     """Measure the ``k`` best-ranked candidates (one short run each, :mod:`gnnflow.advise.measure`)
     and put the figures on their rows."""
     from gnnflow.advise.measure import measure
 
     top = advice.ranked[:k]
-    got = measure([{**r.settings, "label": r.label} for r in top], epochs=epochs)
+    got = measure([{**r.settings, "label": r.label} for r in top], epochs=epochs, timeout_s=timeout_s)
     for r, m in zip(top, got, strict=True):
         r.measured = m

@@ -222,7 +222,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     r.measured = measured.get(r.label)
             else:
                 log.info("bench advise: %s: measuring %d candidates", name, len(adv.ranked))
-                measure_top(adv, len(adv.ranked), epochs=args.epochs)
+                measure_top(adv, len(adv.ranked), epochs=args.epochs, timeout_s=args.timeout)
                 after = host_state(cal, p, measure=True)
                 host = {"before": host, "after": after}
                 apply_host(cal, host)  # the host's state over the measurements: the mean of both ends
