@@ -1,6 +1,7 @@
 # Config validation and the small functions that turn config into target paths.
 import json
 import os
+import re
 import sys
 
 from gnnflow.config import cli_options
@@ -47,7 +48,8 @@ wildcard_constraints:
     partition="[A-Za-z0-9_-]+",
     run="[A-Za-z0-9_.-]+",
     bench="[A-Za-z0-9_.-]+",
-    figure="[A-Za-z0-9_.-]+",
+    # only the config's figures: figures/advice.png is the advice_report rule's
+    figure="|".join(re.escape(name) for name in FIGURES) or "(?!)",
 
 
 def graph_dir(dataset):
@@ -140,13 +142,6 @@ def kept_runs():
         if keep_run(run, advice, TOP_K):
             keep.append(name)
     return keep
-
-
-def figure_runs(wildcards):
-    spec = FIGURES[wildcards.figure]
-    sweeps = spec.get("sweeps")
-    kept = set(kept_runs())
-    return run_records([n for n, r in RUNS.items() if n in kept and (not sweeps or r.sweep in sweeps)])
 
 
 def advice_files():

@@ -57,7 +57,6 @@ rule plot:
         spec=lambda w: json.dumps({k: v for k, v in FIGURES[w.figure].items() if k != "caption"}),
         caption=lambda w: FIGURES[w.figure].get("caption", ""),
         source=config.get("title", "config/config.yaml"),
-        runs=lambda w: " ".join(os.path.dirname(p) for p in figure_runs(w)),
     conda:
         "../envs/gnnflow.yaml"
     shell:

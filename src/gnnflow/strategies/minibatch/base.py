@@ -69,13 +69,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from gnnflow.comm.collectives import (
-    CommStats,
-    all_gather,
-    all_reduce_gradients,
-    broadcast,
-    world,
-)
+from gnnflow.comm.collectives import CommStats, all_gather, all_reduce_gradients, broadcast, world
 from gnnflow.errors import ConfigError
 from gnnflow.io import ticking
 from gnnflow.results.schema import Recorder
@@ -157,12 +151,6 @@ class MiniBatchStrategy(Strategy):
         self.samplers = opts.samplers
         #: where the sample stage draws (None: the host sampler)
         self.sample_device = sampling_device(opts, ctx.device, opts.samplers)
-        if cfg.relational:  # a typed book: per-relation draws on the host, typed rows from the host stores
-            if getattr(opts, "sampling", "auto") == "device" or device_cache_mib(opts) > 0:
-                raise ConfigError("options.sampling=device / device_cache_mib: a typed (relational) run samples "
-                                  "on the host and reads per-type rows there (the typed sampler has no tensor "
-                                  "form); use sampling=auto or host and device_cache_mib=0")
-            self.sample_device = None
         self.device_cache: DeviceFeatureCache | None = None
         self.sampler_proc: SamplerProcess | None = None
         # GCN normalises by degrees: whole-graph degrees (cfg.gcn_degrees = graph) make each

@@ -38,6 +38,7 @@ from gnnflow.errors import ConfigError
 from gnnflow.nn.typed_input import GraphSchema, TypedRows
 from gnnflow.results.schema import Recorder
 from gnnflow.sampling.typed import LayerFanout
+from gnnflow.strategies.device_path import device_cache_mib
 from gnnflow.strategies.embedding import JointOptimizer, LocalRows, NodeEmbeddings, RowExchange
 from gnnflow.strategies.memory import RunSizes, relational_terms
 from gnnflow.strategies.minibatch.base import SPLITS, MiniBatchStrategy
@@ -200,6 +201,10 @@ class RelationalMiniBatch(MiniBatchStrategy):
         if cfg.relational and opts.replicate_structure:
             raise ConfigError("options.replicate_structure: per-relation sampling reads the typed book's parts; "
                               "turn replicate_structure off")
+        if cfg.relational and (getattr(opts, "sampling", "auto") == "device" or device_cache_mib(opts) > 0):
+            raise ConfigError("options.sampling=device / device_cache_mib: a typed (relational) run samples on the "
+                              "host and reads per-type rows there (the typed sampler has no tensor form); use "
+                              "sampling=auto or host and device_cache_mib=0")
 
     @classmethod
     def memory_terms(cls, run: RunSizes, r: int) -> tuple[dict[str, int], dict[str, int]]:
