@@ -21,7 +21,8 @@ layout, each vertex's and edge's type in DGL's ``_TYPE`` data, per-type features
   ``gnnflow bench hetero-accuracy`` checks computes our RGCN's function.  DGL's sampler gives
   heterogeneous blocks; each is rewritten as one homogeneous block (:func:`homogeneous_block`:
   the destinations of every type first, edges grouped by relation so ``RelGraphConv`` takes its
-  ``presorted`` path, the edge norm ``1 / |N_r(i)|``, a mean per relation, as ours).
+  ``presorted`` path, the edge norm ``1 / |N_r(i)|``, a mean per relation, as ours), timed
+  with the sampling (it is the batch's graph, built once per batch).
 
 Evaluation: each trainer's ``node_split`` share of every split in batches through
 ``MultiLayerFullNeighborSampler`` (full neighbourhoods, exact; the example evaluates with
@@ -130,15 +131,20 @@ class PeerRGCN(torch.nn.Module):
         super().__init__()
         self.net, self.ntypes, self.etypes = net, ntypes, etypes
 
-    def forward(self, blocks: list[Any], features: dict[str, torch.Tensor],
+    def graphs(self, blocks: list[Any]) -> list[tuple[Any, torch.Tensor]]:
+        """What :meth:`forward` runs on: per heterogeneous block its homogeneous block and the
+        order of its sources (:func:`homogeneous_block`, :func:`src_order`)."""
+        return [(homogeneous_block(b, self.ntypes, self.etypes), src_order(b, self.ntypes)) for b in blocks]
+
+    def forward(self, graphs: list[tuple[Any, torch.Tensor]], features: dict[str, torch.Tensor],
                 rows: dict[str, torch.Tensor]) -> torch.Tensor:
-        """Logits of the last block's destinations, type after type; ``features[t]`` /
-        ``rows[t]``: the first block's sources of type ``t`` (featured / featureless)."""
+        """Logits of the last block's destinations, type after type; ``graphs`` of :meth:`graphs`;
+        ``features[t]`` / ``rows[t]``: the first block's sources of type ``t`` (featured, every
+        featured type, maybe no rows / featureless)."""
         h = self.net.inputs(features, {}, rows)
         x = torch.cat([h[t] for t in self.ntypes if t in h])
-        for i, block in enumerate(blocks):
-            x = self.net.layer(i, homogeneous_block(block, self.ntypes, self.etypes),
-                               x[src_order(block, self.ntypes)], presorted=True)
+        for i, (graph, order) in enumerate(graphs):
+            x = self.net.layer(i, graph, x[order], presorted=True)
         return x
 
 
@@ -182,8 +188,8 @@ class RelationalPeer:
         net = dgl_relational_from_config(cfg, schema, self.ntypes, self.etypes, int(book.meta.num_classes),
                                          embed=False)
         self.module = PeerRGCN(net, self.ntypes, self.etypes)
-        # a batch may lack a featured type's vertices: its projection then gets no gradient
-        self.model = torch.nn.parallel.DistributedDataParallel(self.module, find_unused_parameters=True)
+        # every parameter takes part in every batch (a featured type without rows projects none)
+        self.model = torch.nn.parallel.DistributedDataParallel(self.module)
         self.optimizer = make_optimizer(self.module, cfg)
         self.featured = [t for t in self.ntypes if "feat" in g.nodes[t].data]
         self.embeds: dict[str, Any] = {}
@@ -202,8 +208,9 @@ class RelationalPeer:
         return -(-sum(len(v) for v in self.split_nids["train"].values()) // self.trainer_batch)
 
     def _inputs(self, input_nodes: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
-        features = {t: self.g.nodes[t].data["feat"][ids] for t, ids in input_nodes.items()
-                    if t in self.featured and ids.shape[0]}
+        features = {t: self.g.nodes[t].data["feat"][input_nodes[t] if t in input_nodes
+                                                     else torch.zeros(0, dtype=torch.int64)]
+                    for t in self.featured}
         rows = {t: self.embeds[t](ids) for t, ids in input_nodes.items() if t in self.embeds and ids.shape[0]}
         return features, rows
 
@@ -220,6 +227,7 @@ class RelationalPeer:
                 input_nodes, seeds, blocks = next(it)
             except StopIteration:
                 break
+            graphs = self.module.graphs(blocks)  # the batch's graph as RelGraphConv takes it
             rec.add_time("sample", time.perf_counter() - t)
             with rec.timer("load"):
                 features, rows = self._inputs(input_nodes)
@@ -228,7 +236,7 @@ class RelationalPeer:
             rec.count("features_loaded", int(sum(ids.shape[0] for ids in input_nodes.values())))
             with rec.timer("forward_backward"):
                 self.optimizer.zero_grad()
-                loss = F.cross_entropy(self.model(blocks, features, rows), y)
+                loss = F.cross_entropy(self.model(graphs, features, rows), y)
                 loss.backward()  # DDP all-reduces the dense gradients inside backward
             with rec.timer("step"):
                 self.optimizer.step()
@@ -256,5 +264,6 @@ class RelationalPeer:
                                                         drop_last=False)
             for input_nodes, seeds, blocks in loader:
                 features, rows = self._inputs(input_nodes)
-                sums += split_sums({split: (self.module(blocks, features, rows), self._labels(seeds))})
+                logits = self.module(self.module.graphs(blocks), features, rows)
+                sums += split_sums({split: (logits, self._labels(seeds))})
         return split_metrics(reduce_sums(sums))
