@@ -169,9 +169,11 @@ class RelationalPeer:
         meta = read_store_meta(book.graph_path)
         tm, schema = TypeMap.from_meta(meta), graph_schema(meta)
         self.ntypes = list(g.ntypes)
-        self.etypes = [tuple(e) for e in g.canonical_etypes]
-        if self.ntypes != list(tm.node_types) or sorted(self.etypes) != sorted(tuple(e) for e in tm.edge_types):
-            raise ConfigError(f"{cfg.partition}: the DGL layout's types {self.ntypes} / {self.etypes} are not the "
+        # relation r is the store's relation r (as in ours and in bench hetero-accuracy's DGL model)
+        self.etypes = [tuple(e) for e in tm.edge_types]
+        theirs = [tuple(e) for e in g.canonical_etypes]
+        if self.ntypes != list(tm.node_types) or sorted(self.etypes) != sorted(theirs):
+            raise ConfigError(f"{cfg.partition}: the DGL layout's types {self.ntypes} / {theirs} are not the "
                               "graph's; remove the book's .dgl-typed directory to rewrite it")
         self.label_types = list(label_types)
         pb = g.get_partition_book()
