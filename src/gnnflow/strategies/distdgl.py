@@ -352,7 +352,7 @@ class DistDGLBaseline(Strategy):
                               "degrees; run the DistDGL peer with --gcn-degrees block")
         if cfg.model == "rgat":
             raise ConfigError("model rgat: the DistDGL peer trains DGL's RGCN (RelGraphConv) on a typed book, not "
-                              "R-GAT; run rgat under another strategy (docs/hetero.md)")
+                              "R-GAT; run rgat under --strategy single, data or hec (docs/hetero.md)")
         if cfg.relational and cfg.model != "rgcn":
             raise ConfigError(f"per-relation fanouts with model {cfg.model}: the DistDGL peer samples per relation "
                               "only for --model rgcn")
