@@ -81,7 +81,8 @@ def dgl_model_from_config(cfg: TrainConfig, in_dim: int, out_dim: int) -> DGLMod
 
 class DGLRelationalModel(torch.nn.Module):
     """RGCN or R-GAT in DGL 1.1's own modules, mirroring :class:`gnnflow.nn.model.GNN` with its
-    :class:`~gnnflow.nn.typed_input.TypedInput`, for ``gnnflow bench hetero-accuracy``.
+    :class:`~gnnflow.nn.typed_input.TypedInput`, for ``gnnflow bench hetero-accuracy`` and the DistDGL
+    peer's RGCN (:mod:`gnnflow.strategies.distdgl_rgcn`, its featureless rows in a ``DistEmbedding``).
 
     * input: ``dgl.nn.HeteroLinear`` (an ``nn.Linear`` per featured vertex type) and
       ``dgl.nn.HeteroEmbedding`` (a row per vertex of a featureless type, initialised by its

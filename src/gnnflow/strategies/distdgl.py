@@ -10,6 +10,10 @@ partition book is converted with
 :func:`gnnflow.partition.dgl_interop.write_dgl_partitions` (DGL's layout of the
 book's node assignment, written part by part from the book's shards, or by DGL's
 own writer for two-level books), so both systems run on identical partitions.
+On a typed book ``--model rgcn`` trains DGL's distributed RGCN instead
+(:mod:`gnnflow.strategies.distdgl_rgcn`: DGL's heterogeneous layout of the book,
+per-relation sampling, ``RelGraphConv``, ``DistEmbedding`` rows for featureless
+types); ``rgat`` is refused.
 
 Launch (what DGL's ``tools/launch.py`` does): the gnnflow launcher starts the P
 trainer ranks (on one host, or on several: ``--nnodes``, torchrun, srun);
