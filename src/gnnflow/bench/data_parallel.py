@@ -36,6 +36,14 @@ for ours, each stage's thread (``sample``, ``load``, ``forward_backward``).
 With more ranks than cores the epoch is about the ranks' CPU seconds over the
 cores, so the CPU column says where a shared host's time goes.
 
+``--model rgcn`` compares the relational models on a homogenized heterogeneous store
+(``--graph``; default: a ``synthetic-hetero`` graph of ``--papers`` papers, generated) and its
+typed book: ours is ``--strategy data`` with gnnflow's RGCN, DistDGL is the peer's RGCN
+(:mod:`gnnflow.strategies.distdgl_rgcn`: DGL's heterogeneous layout of the same book, DGL's
+per-relation sampling, ``RelGraphConv``, ``DistEmbedding`` rows for the featureless types), with
+the same fanouts on both sides (a count per layer, or per relation: ``cites:10,*:5;5``),
+hidden size, layers, ``--num-bases``, learning rate and batch size.
+
 Each rank gets ``--threads`` torch threads (default 1; DGL's servers and
 sampler processes run with one OMP thread each), so P ranks fit the cores.
 """
@@ -60,9 +68,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--graph", help="graph store (default: the default synthetic graph, generated)")
     parser.add_argument("--partition", help="partition book with --workers parts (default: METIS, generated)")
     parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--model", default="sage")
+    parser.add_argument("--model", default="sage", help="sage, gcn, gat, or rgcn (on a typed graph; module docstring)")
     parser.add_argument("--hidden", type=int, default=64)
-    parser.add_argument("--fanouts", default="10,10")
+    parser.add_argument("--fanouts", default="10,10",
+                        help="a count per layer; with --model rgcn a layer may give a count per relation "
+                             "('cites:10,*:5;5'), the same on both sides")
+    parser.add_argument("--num-bases", type=int, default=0, help="rgcn: basis matrices (0: a weight per relation)")
+    parser.add_argument("--papers", type=int, default=20000,
+                        help="rgcn without --graph: papers of the generated synthetic-hetero graph (default 20000)")
     parser.add_argument("--batch-size", type=int, default=512,
                         help="targets per rank and iteration (default 512; the global mini-batch is P times it)")
     parser.add_argument("--epochs", type=int, default=3)
@@ -169,11 +182,40 @@ def _run_system(strategy: str, cfg_dict: dict[str, Any], args: Any) -> dict[str,
             "shm_run": res[0]["shm_run"]}  # DistDGL: the run's name in /dev/shm
 
 
-def run(args: argparse.Namespace) -> dict[str, Any]:
+def prepare_graph(args: argparse.Namespace, tmp: Path) -> str:
+    """The bench's graph when no ``--graph`` is given: the default synthetic graph, or for
+    ``--model rgcn`` a synthetic-hetero graph of ``--papers`` papers."""
+    if args.model == "rgcn":
+        from gnnflow.data.hetero_synthetic import prepare_synthetic_hetero
+
+        n = args.papers
+        return str(prepare_synthetic_hetero(tmp / "graph", num_papers=n, num_authors=n * 3 // 2,
+                                            num_institutions=max(20, n // 20), num_fields=max(20, n // 10),
+                                            seed=args.seed).path)
     from gnnflow.data.synthetic import prepare_synthetic
+
+    return str(prepare_synthetic(Path(tmp) / "graph").path)
+
+
+def describe_graph(graph: str) -> str:
+    """``name: N vertices, M edges[, T vertex types, R relations]`` from the store's meta."""
+    from gnnflow.data.meta import read_store_meta
+
+    meta = read_store_meta(graph)
+    typed = f", {len(meta.node_types)} vertex types, {len(meta.edge_types)} relations" if meta.node_types else ""
+    return f"{meta.name}: {meta.num_nodes} vertices, {meta.num_edges} edges{typed}"
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    from gnnflow.config import RELATIONAL_MODELS, parse_fanouts
+    from gnnflow.errors import ConfigError
     from gnnflow.partition.api import partition_graph
 
-    fanouts = [int(f) for f in str(args.fanouts).split(",")]
+    if args.model in RELATIONAL_MODELS and args.model != "rgcn":
+        raise ConfigError(f"--model {args.model}: the DistDGL peer trains rgcn (DGL's RelGraphConv), not R-GAT")
+    fanouts = parse_fanouts(str(args.fanouts))
+    if args.model != "rgcn" and any(isinstance(f, dict) for f in fanouts):
+        raise ConfigError("--fanouts per relation: only with --model rgcn")
     dgl_on = f"DistDGL, {args.dgl_samplers} sampler process(es) per trainer"
     systems = {  # name -> (strategy, options, description)
         "ours": ("data", {"pipeline": not args.no_pipeline},
@@ -188,13 +230,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         del systems["distdgl_no_samplers"]
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name in systems}
     with tempfile.TemporaryDirectory(prefix="gnnflow-bench-dp-") as tmp:
-        graph = args.graph or str(prepare_synthetic(Path(tmp) / "graph").path)
+        graph = args.graph or prepare_graph(args, Path(tmp))
         book = args.partition or str(partition_graph(graph, "metis", args.workers, Path(tmp) / "book",
                                                      seed=args.seed).path)
         base = dict(graph=graph, partition=book, model=args.model, hidden=args.hidden, num_layers=len(fanouts),
                     # --batch-size is per rank here; gnnflow train's batch_size is the global mini-batch
                     fanouts=fanouts, batch_size=args.batch_size * args.workers, epochs=args.epochs, seed=args.seed,
-                    workers=args.workers)
+                    workers=args.workers, **({"num_bases": args.num_bases} if args.model == "rgcn" else {}))
+        graph_desc = describe_graph(graph)
         names = list(systems)
         for r in range(args.repeats):
             k = r % len(names)
@@ -232,14 +275,17 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                    f"ours {med['ours']:.3f}, DistDGL {med['distdgl']:.3f}; iterations/epoch per rank ours "
                    f"{iters['ours']}, DistDGL {iters['distdgl']}; test acc ours {acc['ours']:.4f}, DistDGL "
                    f"{acc['distdgl']:.4f}; ")
-    summary += (f"workers={args.workers}, model={args.model}, hidden={args.hidden}, fanouts={args.fanouts}, "
+    summary += (f"workers={args.workers}, model={args.model}"
+                + (f" (num_bases={args.num_bases}; graph {graph_desc})" if args.model == "rgcn" else "")
+                + f", hidden={args.hidden}, fanouts={args.fanouts}, "
                 f"batch={args.batch_size}, pipeline={not args.no_pipeline}, repeats={args.repeats}")
     summary += "\nper-stage profile, rank 0, last epoch of the last repeat (s):\n" + "\n".join(
         format_profile(systems[name][2], rs[-1]["profile"]) for name, rs in runs.items())
     result = {"summary": summary, "profiles": {name: rs[-1]["profile"] for name, rs in runs.items()},
               **{name: rs for name, rs in runs.items()}, **{f"{name}_epoch_s": med[name] for name in runs},
               "ratio_samplers_on": ratios[1]["value"], "distdgl_faster": best, "dgl_samplers": args.dgl_samplers,
-              "iterations_per_rank": iters, "test_acc": acc, "workers": args.workers, "repeats": args.repeats}
+              "iterations_per_rank": iters, "test_acc": acc, "workers": args.workers, "repeats": args.repeats,
+              "model": args.model, "graph": graph_desc}
     if "distdgl_no_samplers" in systems:
         result["ratio_samplers_off"] = ratios[2]["value"]
     return headline(result, ratios)

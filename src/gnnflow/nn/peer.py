@@ -81,7 +81,8 @@ def dgl_model_from_config(cfg: TrainConfig, in_dim: int, out_dim: int) -> DGLMod
 
 class DGLRelationalModel(torch.nn.Module):
     """RGCN or R-GAT in DGL 1.1's own modules, mirroring :class:`gnnflow.nn.model.GNN` with its
-    :class:`~gnnflow.nn.typed_input.TypedInput`, for ``gnnflow bench hetero-accuracy``.
+    :class:`~gnnflow.nn.typed_input.TypedInput`, for ``gnnflow bench hetero-accuracy`` and the DistDGL
+    peer's RGCN (:mod:`gnnflow.strategies.distdgl_rgcn`, its featureless rows in a ``DistEmbedding``).
 
     * input: ``dgl.nn.HeteroLinear`` (an ``nn.Linear`` per featured vertex type) and
       ``dgl.nn.HeteroEmbedding`` (a row per vertex of a featureless type, initialised by its
@@ -103,7 +104,7 @@ class DGLRelationalModel(torch.nn.Module):
     def __init__(self, model: str, schema: Any, ntypes: list[str], etypes: list[tuple[str, str, str]],
                  hidden: int, out_dim: int, num_layers: int, dropout: float = 0.0, heads: int = 1, *,
                  out_heads: int = 1, input_dropout: float = 0.0, feat_drop: float = 0.0, attn_drop: float = 0.0,
-                 activation: str | None = None, num_bases: int = 0) -> None:
+                 activation: str | None = None, num_bases: int = 0, embed: bool = True) -> None:
         super().__init__()
         import dgl.nn as dglnn
 
@@ -113,7 +114,9 @@ class DGLRelationalModel(torch.nn.Module):
         dims = dict(zip(ntypes, schema.feature_dims, strict=True))
         self.project = dglnn.HeteroLinear({t: d for t, d in dims.items() if d}, hidden)
         featureless = {t: n for t, n, d in zip(ntypes, schema.num_nodes, schema.feature_dims, strict=True) if not d}
-        self.embed = dglnn.HeteroEmbedding(featureless, hidden) if featureless else None
+        #: the featureless types' rows; ``embed=False``: none, the caller passes them to :meth:`inputs`
+        #: (the DistDGL peer's ``DistEmbedding``)
+        self.embed = dglnn.HeteroEmbedding(featureless, hidden) if featureless and embed else None
         if self.embed is not None:
             self.embed.reset_parameters()
         self.layers = torch.nn.ModuleList()
@@ -163,12 +166,15 @@ class DGLRelationalModel(torch.nn.Module):
                 gat.attn_r.copy_(layer.attn_r[r : r + 1])
                 gat.bias.copy_(layer.bias[r])
 
-    def inputs(self, features: dict[str, torch.Tensor], ids: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    def inputs(self, features: dict[str, torch.Tensor], ids: dict[str, torch.Tensor],
+               rows: dict[str, torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
         """Input rows by vertex type, input dropout applied: ``features[t]``'s rows projected (a
-        featured type) or the embedding rows of per-type ids ``ids[t]`` (a featureless type)."""
+        featured type) or the embedding rows of per-type ids ``ids[t]`` (a featureless type), or
+        ``rows[t]`` as given (a featureless type's rows held outside the model)."""
         h = self.project({t: x for t, x in features.items() if t in self.project.linears})
         if self.embed is not None:
             h.update(self.embed({t: i for t, i in ids.items() if t in self.embed.embeds}))
+        h.update(rows or {})
         return {t: self.input_dropout(x) for t, x in h.items()}
 
     def _hidden(self, h: torch.Tensor, last: bool) -> torch.Tensor:
@@ -181,20 +187,27 @@ class DGLRelationalModel(torch.nn.Module):
         input rows (:meth:`inputs`), one tensor in the source order of ``graphs[0]`` for rgcn (its
         ``etype`` and ``norm`` edge data; ``presorted``: edges grouped by relation), a dict by
         vertex type for rgat.  Returns the last layer's rows (a dict by vertex type for rgat)."""
-        n = len(self.layers)
-        for i, (conv, g) in enumerate(zip(self.layers, graphs, strict=True)):
-            if self.model == "rgcn":
-                h = self._hidden(conv(g, h, g.edata["etype"], g.edata["norm"], presorted=presorted), i == n - 1)
-            else:
-                h = {t: self._hidden(x, i == n - 1) for t, x in conv(g, h).items()}
+        if len(graphs) != len(self.layers):
+            raise ValueError(f"{len(graphs)} graphs for {len(self.layers)} layers")
+        for i, g in enumerate(graphs):
+            h = self.layer(i, g, h, presorted)
         return h
+
+    def layer(self, i: int, g: Any, h: Any, presorted: bool = False) -> Any:
+        """Layer ``i`` on ``g`` with what follows it (as :meth:`forward` runs each layer)."""
+        conv, last = self.layers[i], i == len(self.layers) - 1
+        if self.model == "rgcn":
+            return self._hidden(conv(g, h, g.edata["etype"], g.edata["norm"], presorted=presorted), last)
+        return {t: self._hidden(x, last) for t, x in conv(g, h).items()}
 
 
 def dgl_relational_from_config(cfg: TrainConfig, schema: Any, ntypes: list[str],
-                               etypes: list[tuple[str, str, str]], out_dim: int) -> DGLRelationalModel:
+                               etypes: list[tuple[str, str, str]], out_dim: int,
+                               embed: bool = True) -> DGLRelationalModel:
     """:class:`DGLRelationalModel` with every model setting of ``cfg`` (as
-    :func:`gnnflow.nn.build_model_from_config` builds ours from ``schema``)."""
+    :func:`gnnflow.nn.build_model_from_config` builds ours from ``schema``; ``embed=False``: without
+    the featureless types' table, see :meth:`DGLRelationalModel.inputs`)."""
     return DGLRelationalModel(cfg.model, schema, ntypes, etypes, cfg.hidden, out_dim, cfg.num_layers, cfg.dropout,
                               cfg.heads, out_heads=cfg.out_heads, input_dropout=cfg.input_dropout,
                               feat_drop=cfg.feat_drop, attn_drop=cfg.attn_drop, activation=cfg.activation,
-                              num_bases=cfg.num_bases)
+                              num_bases=cfg.num_bases, embed=embed)

@@ -405,16 +405,117 @@ def _save_tensor_dict(path: Path, data: dict[str, Any]) -> None:
     save_tensors(str(path), data)
 
 
-def dgl_layout(book_path: str, self_loops: bool = False) -> Path:
+def dgl_layout(book_path: str, self_loops: bool = False, typed: bool = False) -> Path:
     """Where the DGL layout of ``book_path`` lives: next to the book (``<book>.dgl``; of A + I,
-    the model's graph of GCN, ``<book>.dgl-loops``), in the original book and in a staged copy."""
+    the model's graph of GCN, ``<book>.dgl-loops``; DGL's heterogeneous layout of a typed book,
+    :func:`write_dgl_typed_partitions`, ``<book>.dgl-typed``), in the original book and in a staged copy."""
     book = Path(book_path).resolve()
+    if typed:
+        return book.parent / f"{book.name}.dgl-typed"
     return book.parent / f"{book.name}.dgl{'-loops' if self_loops else ''}"
 
 
-def ensure_dgl_layout(book_path: str, graph_path: str, self_loops: bool = False) -> Path:
-    """The DGL layout of ``book_path``, written first if it is not there (needs every part's shard)."""
-    out = dgl_layout(book_path, self_loops)
+def ensure_dgl_layout(book_path: str, graph_path: str, self_loops: bool = False, typed: bool = False) -> Path:
+    """The DGL layout of ``book_path``, written first if it is not there (needs every part's shard;
+    ``typed``: DGL's heterogeneous layout, :func:`write_dgl_typed_partitions`)."""
+    out = dgl_layout(book_path, self_loops, typed)
     if not (out / "gnnflow.json").exists():
-        write_dgl_partitions(Path(book_path).resolve(), graph_path, out, "gnnflow", self_loops=self_loops)
+        if typed:
+            write_dgl_typed_partitions(Path(book_path).resolve(), graph_path, out, "gnnflow")
+        else:
+            write_dgl_partitions(Path(book_path).resolve(), graph_path, out, "gnnflow", self_loops=self_loops)
     return out
+
+
+# ---- the heterogeneous layout of a typed book ---------------------------------------------
+
+def store_to_dgl_hetero(store: Any) -> tuple[Any, list[str]]:
+    """A homogenized heterogeneous store as a DGL heterograph (per-type ids: homogeneous id minus
+    the type's offset; one canonical edge type per relation) with node data per type: ``feat``
+    (featured types), and ``label`` with ``train_mask``/``val_mask``/``test_mask`` on the types
+    that hold a split's vertex (the label types).  Returns ``(graph, label types)``.  DGL sorts
+    vertex types by name, as a homogenized store does, so DGL's homogeneous order
+    (``to_homogeneous``) is the store's."""
+    import dgl
+    import torch
+
+    from gnnflow.data.hetero import TypeMap
+    from gnnflow.errors import ConfigError
+    from gnnflow.partition.metrics import edge_dst
+
+    if "edge_type" not in store.extra or not store.meta.node_types:
+        raise ConfigError(f"graph {store.path}: has no edge types; DGL's heterogeneous layout needs a "
+                          "homogenized heterogeneous store")
+    tm = TypeMap.from_store(store)
+    off = tm.node_type_offsets
+    indptr = np.asarray(store.indptr)
+    src = np.asarray(store.indices, dtype=np.int64)
+    dst = edge_dst(indptr)
+    etype = np.asarray(store.extra["edge_type"], dtype=np.int64)
+    data = {}
+    for r, (s, rel, d) in enumerate(tm.edge_types):
+        sel = etype == r
+        data[(s, rel, d)] = (torch.from_numpy(src[sel] - off[tm.ntype_id(s)]),
+                             torch.from_numpy(dst[sel] - off[tm.ntype_id(d)]))
+    g = dgl.heterograph(data, num_nodes_dict={t: tm.num_nodes_of(t) for t in tm.node_types})
+    if list(g.ntypes) != list(tm.node_types):
+        raise ConfigError(f"graph {store.path}: vertex types {tm.node_types} are not in DGL's (sorted) order")
+    for name in tm.node_types:
+        if f"features_{name}" in store.extra:
+            g.nodes[name].data["feat"] = torch.from_numpy(np.array(store.extra[f"features_{name}"],
+                                                                   dtype=np.float32))
+    labels = np.asarray(store.labels, dtype=np.int64)
+    splits = {s: np.asarray(store.split(s), dtype=np.int64) for s in ("train", "val", "test")}
+    label_types = sorted({int(t) for ids in splits.values()
+                          for t in np.unique(np.searchsorted(off, ids, side="right") - 1)})
+    for t in label_types:
+        name, n = tm.node_types[t], tm.num_nodes_of(t)
+        g.nodes[name].data["label"] = torch.from_numpy(labels[off[t]:off[t + 1]].copy())
+        for s, ids in splits.items():
+            mask = torch.zeros(n, dtype=torch.bool)
+            mine = ids[(ids >= off[t]) & (ids < off[t + 1])] - off[t]
+            mask[torch.from_numpy(mine)] = True
+            g.nodes[name].data[f"{s}_mask"] = mask
+    return g, [tm.node_types[t] for t in label_types]
+
+
+def write_dgl_typed_partitions(book: Any, store: Any, out_dir: str | os.PathLike[str], graph_name: str,
+                               overwrite: bool = False, quiet: bool = True) -> Path:
+    """Write a typed book's partitions in DGL 1.1.3's heterogeneous layout (what DGL's distributed
+    RGCN example, ``examples/pytorch/rgcn/experimental``, trains on): DGL's own writer,
+    ``partition_graph`` on the store's heterograph (:func:`store_to_dgl_hetero`) with its
+    node-assignment step replaced by the book's ``node_part`` (DGL assigns the homogeneous graph,
+    whose order is the store's); the parts' graphs carry DGL's ``_TYPE`` of every vertex and edge,
+    ``node_feat.dgl`` each type's data (``<type>/feat``, ``<type>/label``, ``<type>/*_mask``).
+    ``orig_nids.npz`` maps DGL's per-type ids back to the store's per-type ids (a key per type).
+    Memory: several times the whole graph.  Returns the path of ``<graph_name>.json``."""
+    from dgl.distributed import partition_graph
+
+    from gnnflow.io import log
+    from gnnflow.partition.api import open_graph
+    from gnnflow.partition.book import PartitionBook
+
+    if not isinstance(book, PartitionBook):
+        book = PartitionBook.open(book)
+    store = open_graph(store)
+    g, label_types = store_to_dgl_hetero(store)
+    node_part = np.asarray(book.node_part, dtype=np.int64)
+    trainers = int(book.levels[1]) if book.levels else 1
+    log.info("DGL heterogeneous layout of %s: DGL's writer on %d vertex types, %d relations", book.path,
+             len(g.ntypes), len(g.canonical_etypes))
+    out_dir = Path(out_dir)
+    with atomic_dir(out_dir, overwrite=overwrite) as tmp:
+        sink = io.StringIO()
+        with _assignment(node_part), contextlib.redirect_stdout(sink):
+            orig_nids, _ = partition_graph(g, graph_name, book.num_parts // trainers, str(tmp),
+                                           num_hops=book.meta.halo_hops or 1, part_method="metis",
+                                           return_mapping=True, num_trainers_per_machine=trainers)
+        if not quiet:
+            print(sink.getvalue(), end="")
+        np.savez(tmp / "orig_nids.npz", **{t: np.asarray(v, dtype=np.int64) for t, v in orig_nids.items()})
+        cfg = json.loads((tmp / f"{graph_name}.json").read_text())
+        cfg["gnnflow"] = {"book": str(book.path.resolve()), "method": book.method,
+                          "num_worker_parts": book.num_parts, "trainers_per_machine": trainers,
+                          "label_types": label_types}
+        (tmp / f"{graph_name}.json").write_text(json.dumps(cfg, indent=4, sort_keys=True))
+    return out_dir / f"{graph_name}.json"

@@ -10,6 +10,10 @@ partition book is converted with
 :func:`gnnflow.partition.dgl_interop.write_dgl_partitions` (DGL's layout of the
 book's node assignment, written part by part from the book's shards, or by DGL's
 own writer for two-level books), so both systems run on identical partitions.
+On a typed book ``--model rgcn`` trains DGL's distributed RGCN instead
+(:mod:`gnnflow.strategies.distdgl_rgcn`: DGL's heterogeneous layout of the book,
+per-relation sampling, ``RelGraphConv``, ``DistEmbedding`` rows for featureless
+types); ``rgat`` is refused.
 
 Launch (what DGL's ``tools/launch.py`` does): the gnnflow launcher starts the P
 trainer ranks (on one host, or on several: ``--nnodes``, torchrun, srun);
@@ -190,6 +194,7 @@ def _patch_seeded_sampling(base: int) -> None:
     if getattr(graph_services, "_gnnflow_seeded", False):
         return
     original = graph_services._sample_neighbors
+    original_etype = graph_services._sample_etype_neighbors
     original_to_block = neighbor_sampler.to_block
 
     def _sample_neighbors(local_g: Any, partition_book: Any, seed_nodes: Any, fan_out: Any, *args: Any) -> Any:
@@ -199,6 +204,14 @@ def _patch_seeded_sampling(base: int) -> None:
             dgl.random.seed(request_seed(base, seed_nodes, fan_out))
             return original(local_g, partition_book, seed_nodes, fan_out, *args)
 
+    def _sample_etype_neighbors(local_g: Any, partition_book: Any, seed_nodes: Any, etype_offset: Any,
+                                fan_out: Any, *args: Any, **kwargs: Any) -> Any:
+        # the typed graph's sampler (a count per relation): seeded the same way
+        fan = fan_out.tolist() if hasattr(fan_out, "tolist") else fan_out
+        with one_dgl_thread():
+            dgl.random.seed(request_seed(base, seed_nodes, fan))
+            return original_etype(local_g, partition_book, seed_nodes, etype_offset, fan_out, *args, **kwargs)
+
     def to_block(*args: Any, **kwargs: Any) -> Any:
         # with several threads DGL's to_block numbers a block's sources through a concurrent
         # hash map, in an order that changes from call to call; that order is the next hop's
@@ -207,6 +220,7 @@ def _patch_seeded_sampling(base: int) -> None:
             return original_to_block(*args, **kwargs)
 
     graph_services._sample_neighbors = _sample_neighbors
+    graph_services._sample_etype_neighbors = _sample_etype_neighbors
     neighbor_sampler.to_block = to_block
     graph_services._gnnflow_seeded = True
 
@@ -305,6 +319,7 @@ class DistDGLBaseline(Strategy):
 
     name = "distdgl"
     distributed = True
+    relational = True  # --model rgcn (gnnflow.strategies.distdgl_rgcn); check_config refuses the rest
     Options = DistDGLOptions
 
     @classmethod
@@ -339,6 +354,12 @@ class DistDGLBaseline(Strategy):
         if cfg.graph_degrees:
             raise ConfigError("gcn_degrees=graph: DGL's GraphConv normalises a sampled block by its own "
                               "degrees; run the DistDGL peer with --gcn-degrees block")
+        if cfg.model == "rgat":
+            raise ConfigError("model rgat: the DistDGL peer trains DGL's RGCN (RelGraphConv) on a typed book, not "
+                              "R-GAT; run rgat under --strategy single, data or hec (docs/hetero.md)")
+        if cfg.relational and cfg.model != "rgcn":
+            raise ConfigError(f"per-relation fanouts with model {cfg.model}: the DistDGL peer samples per relation "
+                              "only for --model rgcn")
 
     @classmethod
     def model_name(cls, cfg: Any) -> str:
@@ -350,6 +371,7 @@ class DistDGLBaseline(Strategy):
         self.servers: list[subprocess.Popen] = []
         self.janitor: subprocess.Popen | None = None
         self.run: str | None = None  # this run's token in shared-memory names
+        self.rel: Any = None  # --model rgcn: the relational side (gnnflow.strategies.distdgl_rgcn)
 
     def prepare(self) -> None:
         import dgl
@@ -371,16 +393,24 @@ class DistDGLBaseline(Strategy):
         shared: list[Any] = [secrets.token_hex(4)]  # this run's name in shared memory
         dist.broadcast_object_list(shared, 0)
         run = self.run = f"gf{shared[0]}"
+        typed = cfg.model == "rgcn"  # DGL's heterogeneous layout and distributed RGCN
+        if typed:
+            from gnnflow.partition.book import PartitionBook
+
+            if not PartitionBook.open(cfg.partition).meta.typed:
+                raise ConfigError(f"{cfg.partition}: --model rgcn on the DistDGL peer needs a typed book (a "
+                                  "partition of a homogenized heterogeneous store, e.g. `gnnflow prepare "
+                                  "synthetic-hetero`)")
         if rank == 0:  # converted once, where the whole book is (a staged host has it already)
             from gnnflow.partition.book import PartitionBook
 
             ensure_dgl_layout(cfg.partition, str(PartitionBook.open(cfg.partition).graph_path),
-                              self_loops=cfg.adds_self_loops)
+                              self_loops=cfg.adds_self_loops, typed=typed)
         dist.barrier()
         # every rank serves its own part from its host (DGL machine r = trainer r), on the run's
         # address (loopback on one host): ip_config line r is rank r's address and server port
         run_dir = Path(tempfile.mkdtemp(prefix=f"gnnflow-dgl-{run}m{rank}-"))
-        confs = machine_configs(dgl_layout(cfg.partition, cfg.adds_self_loops), size, run, run_dir)
+        confs = machine_configs(dgl_layout(cfg.partition, cfg.adds_self_loops, typed), size, run, run_dir)
         address = run_address()
         lines: list[Any] = [None] * size
         dist.all_gather_object(lines, f"{address} {free_port(address)}")
@@ -411,6 +441,16 @@ class DistDGLBaseline(Strategy):
         atexit.register(self._exit_dgl)  # LIFO: runs before _stop_servers
         self._dgl_active = True
         self.g = dgld.DistGraph(f"{run}m{rank}", part_config=str(confs[rank]))
+        if typed:
+            from gnnflow.strategies.distdgl_rgcn import RelationalPeer
+
+            label_types = json.loads(confs[rank].read_text())["gnnflow"]["label_types"]
+            self.rel = RelationalPeer(cfg, self.g, label_types, rank, size)
+            # a checkpoint holds the dense model and optimizer (the DistEmbedding rows stay on the servers)
+            self.net, self.model, self.optimizer = self.rel.module, self.rel.model, self.rel.optimizer
+            self.trainer_batch = self.rel.trainer_batch
+            self._check_equal_batches()
+            return
         pb = self.g.get_partition_book()
         self.split_nids = {s: dgld.node_split(self.g.ndata[f"{s}_mask"], pb, force_even=True) for s in SPLITS}
         feat_dim = int(self.g.ndata["feat"].shape[1])
@@ -434,7 +474,8 @@ class DistDGLBaseline(Strategy):
         return int(PartitionBook.open(self.cfg.partition).meta.num_classes)
 
     def _check_equal_batches(self) -> None:
-        n = torch.tensor([-(-len(self.split_nids["train"]) // self.trainer_batch)])
+        n = torch.tensor([self.rel.num_batches() if self.rel is not None
+                          else -(-len(self.split_nids["train"]) // self.trainer_batch)])
         allc = [torch.zeros_like(n) for _ in range(dist.get_world_size())]
         all_gather(allc, n, HOST)
         if len({int(c) for c in allc}) != 1:  # DDP would hang; node_split(force_even) prevents this
@@ -445,6 +486,8 @@ class DistDGLBaseline(Strategy):
 
         pool, workers = dist_context.get_sampler_pool()
         rec.extra["dgl_sampler_processes"] = float(workers if pool is not None else 0)
+        if self.rel is not None:
+            return float(self.rel.run_epoch(epoch, rec))
         self.model.train()
         losses = []
         it = iter(self.loader)
@@ -484,6 +527,8 @@ class DistDGLBaseline(Strategy):
 
         from gnnflow.strategies.metrics import reduce_sums, split_metrics, split_sums
 
+        if self.rel is not None:
+            return self.rel.evaluate()
         self.model.eval()
         g, net = self.g, self.net
         one_hop = dgl.dataloading.MultiLayerFullNeighborSampler(1)
@@ -525,6 +570,7 @@ class DistDGLBaseline(Strategy):
             self._dgl_active = False
             self.g = None
             self.loader = None
+            self.rel = None
             with contextlib.redirect_stdout(sys.stderr):
                 dgld.exit_client()
 
