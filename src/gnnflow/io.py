@@ -36,6 +36,21 @@ def configure_logging(level: int | None = None) -> None:
 
 
 @contextlib.contextmanager
+def temp_dir_beside(out: str | os.PathLike[str], tag: str) -> Iterator[Path]:
+    """A new directory ``.<name>.<tag>-*`` beside ``out`` (the same file system, so its files
+    move by rename); on an exception it is removed, a full disk named (:func:`raise_if_disk_full`)."""
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.{tag}-", dir=out.parent))
+    try:
+        yield tmp
+    except BaseException as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise_if_disk_full(exc, out)
+        raise
+
+
+@contextlib.contextmanager
 def atomic_dir(out: str | os.PathLike[str], overwrite: bool = False) -> Iterator[Path]:
     """Yield a temporary directory next to ``out``; rename it to ``out`` on success.
 
@@ -43,14 +58,8 @@ def atomic_dir(out: str | os.PathLike[str], overwrite: bool = False) -> Iterator
     was, so a failed stage never leaves partial output behind.
     """
     out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
-    try:
+    with temp_dir_beside(out, "tmp") as tmp:
         yield tmp
-    except BaseException as exc:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise_if_disk_full(exc, out)
-        raise
     if out.exists():
         if not overwrite:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -62,19 +71,32 @@ def atomic_dir(out: str | os.PathLike[str], overwrite: bool = False) -> Iterator
 
 
 @contextlib.contextmanager
-def atomic_file(out: str | os.PathLike[str]) -> Iterator[Path]:
-    """Yield a temporary file path next to ``out``; rename it to ``out`` on success."""
+def temp_file_beside(out: str | os.PathLike[str], tag: str, suffix: str = "",
+                     mode: int | None = None) -> Iterator[Path]:
+    """A new file ``.<name>.<tag>-*<suffix>`` beside ``out`` (``mode``: its permissions, less the
+    umask; mkstemp's 0600 otherwise); on an exception it is removed, a full disk named."""
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    fd, name = tempfile.mkstemp(prefix=f".{out.name}.tmp-", dir=out.parent)
+    fd, name = tempfile.mkstemp(prefix=f".{out.name}.{tag}-", suffix=suffix, dir=out.parent)
     os.close(fd)
     tmp = Path(name)
+    if mode is not None:
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, mode & ~umask)
     try:
         yield tmp
     except BaseException as exc:
         tmp.unlink(missing_ok=True)
         raise_if_disk_full(exc, out)
         raise
+
+
+@contextlib.contextmanager
+def atomic_file(out: str | os.PathLike[str]) -> Iterator[Path]:
+    """Yield a temporary file path next to ``out``; rename it to ``out`` on success."""
+    with temp_file_beside(out, "tmp") as tmp:
+        yield tmp
     os.replace(tmp, out)
 
 

@@ -178,6 +178,15 @@ def finish(cal: Calibration, st: Setting, ranks: list[Rank]) -> Prediction:
                       per_rank_cpu=[float(sum(r.cpu.values())) for r in ranks])
 
 
+def sampling_rank(cal: Calibration, st: Setting, w: RankWork, waits: bool) -> tuple[int, list[Any], Rank]:
+    """``(iterations, layers, rank)`` of a data-parallel-sampling rank ``w`` with its sampling
+    counted: its own hops and :func:`remote_sampling`."""
+    it, layers, r = w.iterations, layer_tuples(w), Rank(cal, st)
+    r.work("sample", it * sample_hops(cal, layers, st.num_nodes))
+    remote_sampling(r, w, waits)
+    return it, layers, r
+
+
 def remote_sampling(r: Rank, w: RankWork, waits: bool) -> None:
     """A data-parallel rank's sampling exchanges: per hop beyond the targets' request counts, ids
     and replies (3 collectives); the sampling it does for its peers."""
@@ -211,9 +220,7 @@ def predict_data(cal: Calibration, st: Setting, works: list[RankWork]) -> Predic
     inline = not cfg.options.pipeline
     ranks = []
     for w in works:
-        it, layers, r = w.iterations, layer_tuples(w), Rank(cal, st)
-        r.work("sample", it * sample_hops(cal, layers, st.num_nodes))
-        remote_sampling(r, w, inline)
+        it, layers, r = sampling_rank(cal, st, w, inline)
         remote = w.count("remote_features")
         r.work("load", gather_s(cal, w.count("local_rows") + w.count("served_rows"), st.feature_dim, it)
                + (w.count("cache_hits") + remote) * f_bytes * cal.gather["scatter"])
@@ -247,9 +254,7 @@ def predict_p3(cal: Calibration, st: Setting, works: list[RankWork]) -> Predicti
     inline = not cfg.options.pipeline
     ranks = []
     for w in works:
-        it, layers, r = w.iterations, layer_tuples(w), Rank(cal, st)
-        r.work("sample", it * sample_hops(cal, layers, st.num_nodes))
-        remote_sampling(r, w, inline)
+        it, layers, r = sampling_rank(cal, st, w, inline)
         r.exchange("sample", 3 * it, ID_BYTES * w.count("structure_ids"), inline)
         r.work("load", gather_s(cal, w.count("column_rows"), cols, it))
         first = (w.per_iteration("first_layer_dst"), w.per_iteration("first_layer_src"),

@@ -41,7 +41,15 @@ import numpy as np
 import torch
 
 from gnnflow.bench.ratios import headline, operand, ratio
-from gnnflow.bench.recipes import DEFAULT_RECIPES, pm, recipe_config, run_ours, stats
+from gnnflow.bench.recipes import (
+    DEFAULT_RECIPES,
+    EpochScores,
+    accuracy_models,
+    pm,
+    recipe_config,
+    run_ours,
+    stats,
+)
 from gnnflow.errors import ConfigError, GnnflowError
 
 MODELS = ("rgcn", "rgat")
@@ -186,9 +194,7 @@ def run_dgl(cfg: Any, side: DGLSide) -> dict[str, float]:
     import torch.nn.functional as F
 
     from gnnflow.nn.peer import dgl_relational_from_config
-    from gnnflow.results.selection import better
     from gnnflow.strategies.common import batch_generator, batches, seed_everything
-    from gnnflow.strategies.metrics import evaluate_logits
 
     tm, y, splits = side.tm, side.labels, side.splits
     t0 = time.perf_counter()
@@ -196,8 +202,8 @@ def run_dgl(cfg: Any, side: DGLSide) -> dict[str, float]:
     net = dgl_relational_from_config(cfg, side.typed.schema, tm.node_types, tm.edge_types, side.num_classes)
     opt = torch.optim.Adam(net.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     gen = batch_generator(cfg.seed)
-    best: dict[str, Any] | None = None
-    first_loss = final = float("nan")
+    scores = EpochScores()
+    first_loss = float("nan")
     for epoch in range(cfg.epochs):
         net.train()
         total = 0.0
@@ -212,14 +218,8 @@ def run_dgl(cfg: Any, side: DGLSide) -> dict[str, float]:
             first_loss = total / splits["train"].shape[0]
         net.eval()
         with torch.no_grad():
-            logits = side.logits(net)
-        m = evaluate_logits({s: (logits[ids], y[ids]) for s, ids in splits.items()})
-        if better(m["val_acc"], m["val_loss"], best):
-            best = {"epoch": epoch, **m}
-        final = m["test_acc"]
-    assert best is not None
-    return {"best_test_acc": best["test_acc"], "best_epoch": best["epoch"], "final_test_acc": final,
-            "first_loss": first_loss, "wall_s": time.perf_counter() - t0}
+            scores.add(epoch, side.logits(net), y, splits)
+    return scores.result(first_loss, time.perf_counter() - t0)
 
 
 def check_fanouts(cfg: Any, path: Path) -> None:
@@ -233,14 +233,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     from gnnflow.data.store import open_store
     from gnnflow.strategies.relational import TypedGraph
 
-    models = [m.strip() for m in args.model.split(",") if m.strip()]
-    for m in models:
-        if m not in MODELS:
-            raise ConfigError(f"--model {m}: choose among {', '.join(MODELS)}")
-    if args.seeds < 1:
-        raise ConfigError(f"--seeds must be >= 1, got {args.seeds}")
-    if args.threads > 0:
-        torch.set_num_threads(args.threads)
+    models = accuracy_models(args, MODELS)
     store = open_store(args.graph)
     typed = TypedGraph(store)
     side = DGLSide(store, typed)

@@ -125,9 +125,7 @@ def dgl_graph(store: Any) -> Any:
 def run_dgl(model: str, store: Any, g: Any, seed: int, epochs: int | None) -> dict[str, float]:
     """DGL's layers trained as DGL's example trains ``model``, scored as ours is."""
     from gnnflow.nn.peer import DGLModel
-    from gnnflow.results.selection import better
     from gnnflow.strategies.common import seed_everything
-    from gnnflow.strategies.metrics import evaluate_logits
 
     ex = dict(DGL_EXAMPLES[model])
     n_epochs = epochs if epochs is not None else ex.pop("epochs")
@@ -142,8 +140,8 @@ def run_dgl(model: str, store: Any, g: Any, seed: int, epochs: int | None) -> di
     seed_everything(seed)
     net = DGLModel(model, x.shape[1], hidden, int(store.num_classes), 2, dropout, heads, **ex)
     opt = torch.optim.Adam(net.parameters(), lr=lr, weight_decay=weight_decay)
-    best: dict[str, Any] | None = None
-    first_loss = final = float("nan")
+    scores = EpochScores()
+    first_loss = float("nan")
     for epoch in range(n_epochs):
         net.train()
         loss = torch.nn.functional.cross_entropy(net([g, g], x)[splits["train"]], y[splits["train"]])
@@ -154,14 +152,32 @@ def run_dgl(model: str, store: Any, g: Any, seed: int, epochs: int | None) -> di
             first_loss = float(loss.detach())
         net.eval()
         with torch.no_grad():
-            logits = net([g, g], x)
+            scores.add(epoch, net([g, g], x), y, splits)
+    return scores.result(first_loss, time.perf_counter() - t0)
+
+
+class EpochScores:
+    """A DGL-side training loop scored as ours is: every epoch's logits give each split's accuracy
+    and loss; the epoch with the best validation accuracy (ties: lower validation loss,
+    :func:`gnnflow.results.selection.better`) is kept, and the last epoch's test accuracy."""
+
+    def __init__(self) -> None:
+        self.best: dict[str, Any] | None = None
+        self.final = float("nan")
+
+    def add(self, epoch: int, logits: torch.Tensor, y: torch.Tensor, splits: dict[str, torch.Tensor]) -> None:
+        from gnnflow.results.selection import better
+        from gnnflow.strategies.metrics import evaluate_logits
+
         m = evaluate_logits({s: (logits[ids], y[ids]) for s, ids in splits.items()})
-        if better(m["val_acc"], m["val_loss"], best):
-            best = {"epoch": epoch, **m}
-        final = m["test_acc"]
-    assert best is not None
-    return {"best_test_acc": best["test_acc"], "best_epoch": best["epoch"], "final_test_acc": final,
-            "first_loss": first_loss, "wall_s": time.perf_counter() - t0}
+        if better(m["val_acc"], m["val_loss"], self.best):
+            self.best = {"epoch": epoch, **m}
+        self.final = m["test_acc"]
+
+    def result(self, first_loss: float, wall_s: float) -> dict[str, float]:
+        assert self.best is not None, "no epoch was scored"
+        return {"best_test_acc": self.best["test_acc"], "best_epoch": self.best["epoch"],
+                "final_test_acc": self.final, "first_loss": first_loss, "wall_s": wall_s}
 
 
 def stats(values: list[float]) -> dict[str, float]:
@@ -174,20 +190,27 @@ def pm(s: dict[str, float]) -> str:
     return f"{100 * s['mean']:.2f} ± {100 * s['std']:.2f}"
 
 
+def accuracy_models(args: argparse.Namespace, known: tuple[str, ...]) -> list[str]:
+    """The accuracy benches' common flags checked: ``--model`` (a comma list among ``known``),
+    ``--seeds`` (at least 1) and ``--threads`` (torch threads, 0: the default) applied."""
+    models = [m.strip() for m in args.model.split(",") if m.strip()]
+    for m in models:
+        if m not in known:
+            raise ConfigError(f"--model {m}: choose among {', '.join(known)}")
+    if args.seeds < 1:
+        raise ConfigError(f"--seeds must be >= 1, got {args.seeds}")
+    if args.threads > 0:
+        torch.set_num_threads(args.threads)
+    return models
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     from gnnflow.data.store import open_store
     from gnnflow.strategies.base import strategy_class
     from gnnflow.strategies.preflight import check_run
 
-    models = [m.strip() for m in args.model.split(",") if m.strip()]
+    models = accuracy_models(args, MODELS)
     strategies = [s.strip() for s in args.strategies.split(",") if s.strip()]
-    for m in models:
-        if m not in MODELS:
-            raise ConfigError(f"--model {m}: choose among {', '.join(MODELS)}")
-    if args.seeds < 1:
-        raise ConfigError(f"--seeds must be >= 1, got {args.seeds}")
-    if args.threads > 0:
-        torch.set_num_threads(args.threads)
     store = open_store(args.graph)
     g = dgl_graph(store)
     recipes = Path(args.recipes)

@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,15 @@ from gnnflow.errors import GnnflowError
 
 _OGB_ALIASES = ("ogbn-arxiv", "ogbn-products", "ogbn-papers100M", "ogbn-mag")
 _PLANETOID_ALIASES = ("cora", "citeseer", "pubmed")
+
+
+def _family(sub: Any, family: str, aliases: Sequence[str], what: str, dataset_help: str,
+            alias_help: str) -> list[argparse.ArgumentParser]:
+    """The parser of a source ``family`` (which takes the dataset's name) and one per alias of
+    it (the dataset fixed by the command's name)."""
+    parsers = [sub.add_parser(family, help=what)]
+    parsers[0].add_argument("dataset", help=dataset_help)
+    return parsers + [sub.add_parser(name, help=alias_help.format(name=name)) for name in aliases]
 
 
 def _common(p: argparse.ArgumentParser, seed: bool = True) -> None:
@@ -126,23 +136,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        else f"default {HETERO_DEFAULTS[key]}")
     _hetero_options(p)
 
-    for name in ("ogb", *_OGB_ALIASES):
-        if name == "ogb":
-            p = sub.add_parser("ogb", help="an OGB node-property dataset by name")
-            p.add_argument("dataset", help="e.g. ogbn-arxiv, ogbn-products, ogbn-papers100M, ogbn-mag")
-        else:
-            p = sub.add_parser(name, help=f"OGB {name}")
+    for p in _family(sub, "ogb", _OGB_ALIASES, "an OGB node-property dataset by name",
+                     "e.g. ogbn-arxiv, ogbn-products, ogbn-papers100M, ogbn-mag", "OGB {name}"):
         _common(p)
         _raw_dir(p, "OGB dataset (the folder with raw/ and split/)")
         _directed(p)
         _hetero_options(p)
 
-    for name in ("planetoid", *_PLANETOID_ALIASES):
-        if name == "planetoid":
-            p = sub.add_parser("planetoid", help="Cora/CiteSeer/PubMed from ind.<name>.* files")
-            p.add_argument("dataset", help="cora, citeseer or pubmed")
-        else:
-            p = sub.add_parser(name, help=f"Planetoid {name} (public split)")
+    for p in _family(sub, "planetoid", _PLANETOID_ALIASES, "Cora/CiteSeer/PubMed from ind.<name>.* files",
+                     "cora, citeseer or pubmed", "Planetoid {name} (public split)"):
         _common(p, seed=False)
         p.add_argument("--raw-dir", type=Path, required=True,
                        help="directory holding ind.<name>.{x,tx,allx,y,ty,ally,graph,test.index}")

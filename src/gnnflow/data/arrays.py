@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from gnnflow.errors import GnnflowError
-from gnnflow.io import raise_if_disk_full
+from gnnflow.io import temp_dir_beside, temp_file_beside
 
 
 def load_npy(path: str | os.PathLike[str], mmap: bool = False) -> np.ndarray:
@@ -138,22 +137,12 @@ def _has_header(path: Path) -> bool:
 def scratch_npy(out: str | os.PathLike[str], tag: str) -> Iterator[Path]:
     """A temporary ``.npy`` path next to ``out`` (same file system, so ``write_store``
     can move it in by rename); removed on exit if still there."""
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fd, name = tempfile.mkstemp(prefix=f".{out.name}.{tag}-", suffix=".npy", dir=out.parent)
-    os.close(fd)
-    path = Path(name)
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(path, 0o666 & ~umask)  # mkstemp makes it 0600; the store's files are shared
-    try:
-        yield path
-    except BaseException as exc:
-        path.unlink(missing_ok=True)
-        raise_if_disk_full(exc, out)
-        raise
-    finally:
-        path.unlink(missing_ok=True)
+    # mode: mkstemp makes it 0600; the store's files are shared
+    with temp_file_beside(out, tag, suffix=".npy", mode=0o666) as path:
+        try:
+            yield path
+        finally:
+            path.unlink(missing_ok=True)
 
 
 @contextlib.contextmanager
@@ -162,17 +151,11 @@ def scratch_dir(out: str | os.PathLike[str], tag: str) -> Iterator[Path]:
     files from it by rename); removed with what is left in it on exit."""
     import shutil
 
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    path = Path(tempfile.mkdtemp(prefix=f".{out.name}.{tag}-", dir=out.parent))
-    try:
-        yield path
-    except BaseException as exc:
-        shutil.rmtree(path, ignore_errors=True)
-        raise_if_disk_full(exc, out)
-        raise
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
+    with temp_dir_beside(out, tag) as path:
+        try:
+            yield path
+        finally:
+            shutil.rmtree(path, ignore_errors=True)
 
 
 def write_random_features(path: Path, num_nodes: int, dim: int, rng: np.random.Generator,

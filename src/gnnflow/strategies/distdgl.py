@@ -107,6 +107,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -305,6 +306,20 @@ def _server_main() -> None:
 
 
 # ---------------------------------------------------------------------------- the strategy
+def timed_batches(loader: Any, rec: Recorder) -> Iterator[tuple[Any, Any, Any]]:
+    """DGL's ``(input_nodes, seeds, blocks)`` batches of ``loader``, the wait for each (DGL's
+    sampling, remote neighbourhoods included) added to the ``sample`` timer of ``rec``."""
+    it = iter(loader)
+    while True:
+        t = time.perf_counter()
+        try:
+            batch = next(it)
+        except StopIteration:
+            return
+        rec.add_time("sample", time.perf_counter() - t)
+        yield batch
+
+
 @dataclass(frozen=True)
 class DistDGLOptions(StrategyOptions):
     """The DistDGL peer's options."""
@@ -490,14 +505,7 @@ class DistDGLBaseline(Strategy):
             return float(self.rel.run_epoch(epoch, rec))
         self.model.train()
         losses = []
-        it = iter(self.loader)
-        while True:
-            t = time.perf_counter()
-            try:
-                input_nodes, seeds, blocks = next(it)
-            except StopIteration:
-                break
-            rec.add_time("sample", time.perf_counter() - t)
+        for input_nodes, seeds, blocks in timed_batches(self.loader, rec):
             with rec.timer("load"):
                 x = self.g.ndata["feat"][input_nodes]
                 y = self.g.ndata["label"][seeds].long()

@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import functools
 import math
-import time
 from typing import Any
 
 import numpy as np
@@ -49,6 +48,7 @@ import torch.nn.functional as F
 from gnnflow.errors import ConfigError
 from gnnflow.results.schema import Recorder
 from gnnflow.strategies.base import check_loss
+from gnnflow.strategies.distdgl import timed_batches
 
 SPLITS = ("train", "val", "test")
 
@@ -222,15 +222,9 @@ class RelationalPeer:
     def run_epoch(self, epoch: int, rec: Recorder) -> float:
         self.model.train()
         losses = []
-        it = iter(self.loader)
-        while True:
-            t = time.perf_counter()
-            try:
-                input_nodes, seeds, blocks = next(it)
-            except StopIteration:
-                break
-            graphs = self.module.graphs(blocks)  # the batch's graph as RelGraphConv takes it
-            rec.add_time("sample", time.perf_counter() - t)
+        for input_nodes, seeds, blocks in timed_batches(self.loader, rec):
+            with rec.timer("sample"):
+                graphs = self.module.graphs(blocks)  # the batch's graph as RelGraphConv takes it
             with rec.timer("load"):
                 features, rows = self._inputs(input_nodes)
                 y = self._labels(seeds)
