@@ -58,13 +58,14 @@ def test_bench_hec_presets_fill_only_unset_options():
 
 
 def test_bench_hec_generated_graph_counts_rows_exactly():
-    """A generated graph of the given shape; with nc=1 every push is one row per peer and layer."""
+    """A generated graph of the given shape; with nc=1 and Algorithm 2's pushes (push=degree: any
+    solid vertex the peer holds as halo) every push is one row per peer and layer."""
     from gnnflow.bench import hec
 
     feature_dim, hidden = 16, 8
     out = hec.run(_args(["--nodes", "2000", "--feature-dim", str(feature_dim), "--train-frac", "0.1",
                          "--workers", "2", "--epochs", "1", "--repeat", "1", "--nc", "1", "--batch-size", "16",
-                         "--fanouts", "5,5", "--hidden", str(hidden), "--no-distdgl"]))
+                         "--fanouts", "5,5", "--hidden", str(hidden), "--no-distdgl", "--opt", "push=degree"]))
     assert out["settings"]["feature_dim"] == feature_dim and out["settings"]["nodes"] == 2000
     # data-parallel moves whole 16-float feature rows, plus request ids and sampling
     assert out["data_remote_feature_bytes"] > 0 and out["data_remote_feature_bytes"] % (4 * feature_dim) == 0
@@ -80,6 +81,28 @@ def test_bench_hec_generated_graph_counts_rows_exactly():
     assert p["ratio"] == pytest.approx(p["remote_bytes"] / out["data_remote_feature_bytes"])
     assert p["ratio_all"] < p["ratio"]
     assert p["ratio_steady"] == pytest.approx(p["ratio"] * m / (m - 1))
+
+
+def test_hec_expected_use_moves_no_more_bytes_than_data_parallel():
+    """Bytes, not times: on a small graph Algorithm 2's pushes (push=degree) move more bytes than
+    data-parallel fetches, HEC's default (push=use: layer 0 filled once, deeper layers pushed only
+    where the peer is expected to read them, docs/hec.md) no more.  Fails if the pushes are not
+    filtered by expected use (21x data-parallel's bytes then)."""
+    from gnnflow.bench import hec
+
+    argv = ["--nodes", "3000", "--feature-dim", "16", "--train-frac", "0.3", "--workers", "2", "--epochs", "1",
+            "--repeat", "1", "--nc", "2000", "--batch-size", "64", "--fanouts", "5,5", "--hidden", "32",
+            "--no-distdgl"]
+    degree = hec.run(_args([*argv, "--opt", "push=degree"]))
+    use = hec.run(_args(argv))
+    (before,), (after,) = degree["hec"], use["hec"]
+    assert degree["data_remote_feature_bytes"] == use["data_remote_feature_bytes"] > 0  # the same baseline
+    assert before["ratio"] > 1.0  # Algorithm 2 as published: more bytes than data-parallel
+    assert after["ratio"] <= 1.0
+    # layer 0 pushes nothing (its cache was filled at setup); layer 1 pushes a fraction of Algorithm 2's
+    assert after["pushed"][0] == 0 < after["pushed"][1] < before["pushed"][1] / 2
+    # layer 0's cache, filled with the rows the presample read most, hits more than Algorithm 2's pushes
+    assert after["hit_rates"][0] > before["hit_rates"][0]
 
 
 @pytest.mark.slow

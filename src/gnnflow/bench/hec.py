@@ -14,7 +14,10 @@ asynchronous pipeline or not, DistDGL its sampler processes
 * **DistDGL** (``--strategy distdgl``, DGL 1.1.3 on the same partitions): the
   peer library's data-parallel training, for epoch time (DGL counts no bytes);
 * **HEC** (``--strategy hec``): samples locally, fetches nothing, and pushes at
-  most ``nc`` solid-vertex embeddings per remote rank and layer (AEP).
+  most ``nc`` solid-vertex embeddings per remote rank and layer (AEP); by default
+  only those the peer is expected to read, and none at layer 0, whose cache is
+  filled once at setup (``push=use``, docs/hec.md; ``--opt push=degree``:
+  Algorithm 2 as published).
 
 Per epoch it sums over ranks the bytes received from other ranks; figures are
 medians over epochs and rounds.  The headline ratio is HEC's remote bytes
@@ -26,7 +29,9 @@ overstate HEC's share.  The ratio over everything data-parallel receives
 gradient all-reduce, the same size in both, is left out of both.  Algorithm 2
 drains the push pipeline at each epoch end (no push in the last ``d`` of the
 ``M`` iterations), so ``ratio_steady = ratio x M / (M - d)`` is also given: the
-per-iteration ratio, which a short epoch would otherwise understate.
+per-iteration ratio, which a short epoch would otherwise understate.  What each
+side receives once before training is reported apart (``setup_bytes``):
+data-parallel's feature cache fill, HEC's read rates and layer-0 fill.
 
 Epoch time is the slowest rank's, averaged over a run's epochs (a pipeline
 samples ahead across epoch boundaries, so single epochs are not comparable),
@@ -174,6 +179,8 @@ def run_strategy(strategy: str, graph: str, partition: str, workers: int, epochs
             "remote_bytes": total("remote_bytes"),
             "bytes_received": total("bytes_received"),
             "sample_bytes": total("sample_bytes_received"),
+            # received once before training (data-parallel's feature cache, HEC's read rates and layer-0 fill)
+            "setup_bytes": float(sum(r["extra"].get("setup_bytes", 0.0) for r in recs)),
             "iterations": total("iterations") / workers,
             "d": float(recs[0]["extra"].get("d", 0.0)),
             "fwd_s": max(r["extra"].get("fwd_s", 0.0) for r in recs),
@@ -236,6 +243,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         return float(statistics.median(statistics.fmean(e["time_s"] for e in r) for r in runs[which]))
 
     dp_feat, dp_all, t_dp = med("data", "remote_bytes"), med("data", "bytes_received"), epoch_s("data")
+    dp_setup = med("data", "setup_bytes")
     t_dgl = epoch_s("distdgl") if "distdgl" in runs else float("nan")
     dgl_samplers = args.dgl_samplers if args.pipeline else 0
     iters = med("data", "iterations")
@@ -246,7 +254,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         layers = len(epochs[0]["hit_rates"])
         b, t, d = med(key, "remote_bytes"), epoch_s(key), med(key, "d")
         bytes_ratio = b / dp_feat if dp_feat else float("nan")
-        per_nc.append({"nc": c, "remote_bytes": b, "ratio": bytes_ratio,
+        per_nc.append({"nc": c, "remote_bytes": b, "ratio": bytes_ratio, "setup_bytes": med(key, "setup_bytes"),
                        "ratio_all": b / dp_all if dp_all else float("nan"),
                        "ratio_steady": bytes_ratio * iters / (iters - d) if iters > d else float("nan"),
                        "epoch_s": t, "time_ratio": t / t_dp,
@@ -259,7 +267,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     rows = "; ".join(f"nc={p['nc']}: {p['ratio']:.3f} (all {p['ratio_all']:.3f}, steady {p['ratio_steady']:.3f}, "
                      f"{p['remote_bytes'] / 2**20:.2f} MiB, {p['epoch_s']:.2f}s/epoch x{p['time_ratio']:.2f}"
                      + (f" / DistDGL x{p['time_ratio_distdgl']:.2f}" if "time_ratio_distdgl" in p else "")
-                     + ", hit " + "/".join(f"{h:.0%}" for h in p["hit_rates"]) + ")" for p in per_nc)
+                     + ", hit " + "/".join(f"{h:.0%}" for h in p["hit_rates"])
+                     + f", setup {p['setup_bytes'] / 2**20:.2f} MiB)" for p in per_nc)
     setting = (f"preset {args.preset}, batch {args.batch_size}, fanouts {args.fanouts}, hidden {args.hidden}, "
                f"{args.workers} ranks, pipeline {'on' if args.pipeline else 'off'}, median of "
                f"{args.repeat}x{args.epochs} epochs")
@@ -285,8 +294,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "summary": (f"HEC/data-parallel remote bytes per epoch = {head['ratio']:.3f} at nc={head['nc']} "
                     f"(HEC's received bytes / data-parallel's remote feature rows); "
                     f"data-parallel {dp_feat / 2**20:.2f} MiB features ({dp_all / 2**20:.2f} MiB with ids and "
-                    f"sampling), {t_dp:.2f}s/epoch, {iters:g} iterations/epoch{peer}; {rows}; {setting}"),
+                    f"sampling, {dp_setup / 2**20:.2f} MiB at setup to fill its feature cache), {t_dp:.2f}s/epoch, "
+                    f"{iters:g} iterations/epoch{peer}; {rows}; {setting}"),
         "data_remote_feature_bytes": dp_feat,
+        "data_setup_bytes": dp_setup,
         "data_remote_bytes_all": dp_all,
         "data_epoch_s": t_dp,
         "iterations": iters,

@@ -113,6 +113,9 @@ class EmbeddingPush:
         delay: int = 1,
         max_per_rank: int = 2000,
         seed: int = 0,
+        value: list[torch.Tensor] | None = None,
+        min_value: float = 1.0,
+        caps: list[int] | None = None,
     ) -> None:
         if delay < 0:
             raise ValueError(f"AEP delay d must be >= 0, got {delay}")
@@ -137,6 +140,16 @@ class EmbeddingPush:
             if bool((pos >= n).any()) or not bool((self.inner_ids[pos.clamp(max=n - 1)] == ids).all()):
                 raise ValueError(f"db_halo[{q}] names vertices that are not solid on rank {self.rank}")
             self.holders[pos, q] = True
+        # expected use (a deviation from Algorithm 2, docs/hec.md): value[l][v, q] = reads expected
+        # on rank q of the layer-l row of solid v per push; below min_value it is not pushed, and
+        # the nc sample weighs by it instead of the degree.  caps[q]: rows rank q's cache can hold
+        # for their life-span, per iteration (never more than nc)
+        if value is not None and len(value) != len(caches):
+            raise ValueError(f"AEP: {len(value)} expected-use tables for {len(caches)} layers")
+        self.value = value
+        self.min_value = float(min_value)
+        self.caps = [self.max_per_rank] * self.world_size if caps is None else \
+            [min(self.max_per_rank, int(c)) for c in caps]
         self.generator = torch.Generator().manual_seed(int(seed) * 1009 + self.rank)
         self.stats = [LayerPushStats() for _ in caches]
         self.comm = CommStats(self.world_size)
@@ -190,16 +203,23 @@ class EmbeddingPush:
         if k < m - d:
             self._pending[layer].append((k, self._push(layer, solid_local, embeddings)))
 
-    def select(self, solid_local: torch.Tensor) -> list[torch.Tensor]:
-        """``Map`` + ``Sample``: for each rank, the solid local ids to push there (<= nc, by degree)."""
+    def select(self, solid_local: torch.Tensor, layer: int = 0) -> list[torch.Tensor]:
+        """``Map`` + ``Sample``: for each rank, the positions in ``solid_local`` of the vertices to
+        push there: at most ``nc`` sampled by degree (Algorithm 2), or, with expected-use tables,
+        those worth at least ``min_value`` reads, at most the receiver's cap, sampled by value."""
         solid_local = torch.as_tensor(solid_local, dtype=torch.int64)
-        member = self.holders[solid_local]
+        if self.value is None:
+            member, weight = self.holders[solid_local], None
+        else:
+            weight = self.value[layer][solid_local]
+            member = weight >= self.min_value
         out = []
         for q in range(self.world_size):
             idx = member[:, q].nonzero().flatten()
-            if idx.numel() > self.max_per_rank:
-                w = self.degree[solid_local[idx]].clamp(min=1e-6)
-                pick = torch.multinomial(w, self.max_per_rank, replacement=False, generator=self.generator)
+            cap = self.caps[q]
+            if idx.numel() > cap:
+                w = (self.degree[solid_local[idx]] if weight is None else weight[idx, q]).clamp(min=1e-6)
+                pick = torch.multinomial(w, cap, replacement=False, generator=self.generator) if cap else idx[:0]
                 idx = idx[pick.sort().values]
             out.append(idx)
         return out
@@ -209,7 +229,7 @@ class EmbeddingPush:
         solid_local = torch.as_tensor(solid_local, dtype=torch.int64)
         emb = embeddings.detach()
         st.eligible += int(self.holders[solid_local].any(1).sum())
-        sel = self.select(solid_local)
+        sel = self.select(solid_local, layer)
         send = [pack_rows(self.inner_ids[solid_local[idx]], emb[idx]) for idx in sel]
         pending = start_alltoallv(send, self.comm, kind=COMPUTE)
         row_bytes = send[0].element_size() * send[0].shape[1]

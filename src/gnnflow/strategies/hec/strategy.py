@@ -92,6 +92,9 @@ from gnnflow.strategies.minibatch.options import MiniBatchOptions
 from gnnflow.strategies.minibatch.pipeline import MiniBatch
 from gnnflow.strategies.minibatch.relational import RelationalMiniBatch
 
+#: the life-span of a cache whose rows never go stale (layer 0 on plain features, push='use')
+STATIC_LIFE = 2**62
+
 
 @dataclass(frozen=True)
 class HECOptions(MiniBatchOptions):
@@ -110,6 +113,12 @@ class HECOptions(MiniBatchOptions):
                              aliases=("d",))
     trace: bool = option(False, "with a run directory, append every iteration's per-layer figures to "
                          "hec_trace_rank<r>.jsonl (always kept in iteration_log)")
+    push: str = option("use", "which embeddings AEP pushes: 'use' those the receiver is expected to read "
+                       "before they expire, at most what its cache holds (docs/hec.md); 'degree' any the "
+                       "receiver holds as halo, nc sampled by degree (Algorithm 2 as published)",
+                       choices=("use", "degree"))
+    min_reads: float = option(1.0, "push='use': the reads a pushed embedding must be expected to serve",
+                              minimum=0)
 
     def check(self) -> None:
         if self.ddp:
@@ -240,16 +249,44 @@ class HistoricalEmbeddingCache(RelationalMiniBatch):
         # a relational model's layer 0 reads (and caches) the typed inputs embedded at the hidden width
         dims = [self.input_width] + [self._layer_in_dim(i) for i in range(1, self.cfg.num_layers)]
         self.cs = hec_cache_lines(num_nodes, int(halo.numel()), dims, self.options)
-        self.caches = [EmbeddingCache(self.cs, self.ls, dim, halo) for dim in dims]
+        # push='use': layer 0's rows are the features (no relational input layer learns them), which
+        # never go stale; that cache is filled once and keeps its rows (hec/use.py, docs/hec.md)
+        self.static_inputs = self.options.push == "use" and not self.relational_model and self.cs > 0
+        self.caches = [EmbeddingCache(self.cs, STATIC_LIFE if (i == 0 and self.static_inputs) else self.ls, dim, halo)
+                       for i, dim in enumerate(dims)]
         degree = torch.from_numpy(np.diff(np.asarray(part.indptr, dtype=np.int64)).astype(np.float32))
+        value = caps = None
+        self.setup_bytes = self.static_rows = 0
+        if self.options.push == "use" and self.cs > 0:
+            value, caps = self._expected_use(inner, halo)
         self.aep = EmbeddingPush(self.caches, inner, db_halo, degree, delay=self.delay,
-                                 max_per_rank=self.nc, seed=self.cfg.seed)
+                                 max_per_rank=self.nc, seed=self.cfg.seed, value=value,
+                                 min_value=self.options.min_reads, caps=caps)
         self.db_halo_sizes = [int(d.numel()) for d in db_halo]
 
     @property
     def input_width(self) -> int:
         """Width of layer 0's input rows: the features, or a relational model's embedded typed inputs."""
         return int(self.cfg.hidden) if self.relational_model else self.in_dim
+
+    def _expected_use(self, inner: torch.Tensor, halo: torch.Tensor) -> tuple[list[torch.Tensor], list[int]]:
+        """What a push is worth (:mod:`gnnflow.strategies.hec.use`): presample a few of this
+        rank's batches, send each owner how often this rank reads its vertices per layer, and
+        learn every rank's cache size.  Collective."""
+        from gnnflow.strategies.hec.use import expected_use, fill_static, presample_use
+
+        sampler = self.build_sampler(None, seed=self.cfg.seed + 7919)  # another stream than training's
+        batches = [torch.from_numpy(self.part.global_to_local(mb.targets.numpy()))
+                   for mb, _ in zip(self.schedule(0, 1), range(self.options.presample_batches), strict=False)]
+        solid_rate, halo_rate = presample_use(sampler, batches, self.part.num_inner, int(halo.numel()))
+        value, caps, self.setup_bytes = expected_use(inner, halo, self.node_part, solid_rate, halo_rate,
+                                                     self.cs, self.ls)
+        if self.static_inputs:  # filled here once; nothing to push at layer 0
+            self.static_rows, fill_bytes = fill_static(self.caches[0], halo, halo_rate[0], self.node_part, inner,
+                                                       self.features)
+            self.setup_bytes += fill_bytes
+            value[0] = torch.zeros_like(value[0])
+        return value, caps
 
     def _layer_in_dim(self, layer: int) -> int:
         """Width of layer ``layer``'s input: the previous layer's output."""
@@ -266,14 +303,15 @@ class HistoricalEmbeddingCache(RelationalMiniBatch):
             self.net.train(was)
         return int(h.shape[1])
 
-    def build_sampler(self, group: Any) -> LocalHaloSampler:
+    def build_sampler(self, group: Any, seed: int | None = None) -> LocalHaloSampler:
         p = self.part
+        seed = self.cfg.seed if seed is None else seed
         if self.cfg.relational:
             view = self.typed_view()
-            return LocalHaloSampler(p.indptr, p.indices, p.num_inner, p.num_halo, view.fanouts, seed=self.cfg.seed,
+            return LocalHaloSampler(p.indptr, p.indices, p.num_inner, p.num_halo, view.fanouts, seed=seed,
                                     local_to_global=p.local_to_global, typed=view.sampling, etypes=p.edge_types)
         return LocalHaloSampler(p.indptr, p.indices, p.num_inner, p.num_halo, self.cfg.fanouts,
-                                seed=self.cfg.seed, local_to_global=p.local_to_global)
+                                seed=seed, local_to_global=p.local_to_global)
 
     def build_feature_store(self, group: Any) -> None:
         return None  # HEC fetches no remote features
@@ -458,3 +496,5 @@ class HistoricalEmbeddingCache(RelationalMiniBatch):
         rec.extra["nc"] = float(self.nc)
         rec.extra["d"] = float(self.delay)
         rec.extra["db_halo"] = float(sum(self.db_halo_sizes))
+        rec.extra["setup_bytes"] = float(self.setup_bytes)
+        rec.extra["hec_static_rows"] = float(self.static_rows)

@@ -534,6 +534,8 @@ class MiniBatchStrategy(Strategy):
         rec.extra["pipeline"] = float(self.use_pipeline)
         if getattr(self, "cached", None) is not None:
             rec.extra["cache_rows"] = float(self.cached)
+            # the rows received once, at setup, to fill it (no epoch's remote_bytes counts them)
+            rec.extra["setup_bytes"] = float(self.cached * 4 * self.in_dim)
         record_hit_rate(rec, self.device_cache)
         return float(np.mean(losses)) if losses else float("nan")
 
