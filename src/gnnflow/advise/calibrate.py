@@ -151,14 +151,15 @@ def machine() -> dict[str, Any]:
 
 
 # ------------------------------------------------------------------------------------------ timing
-def cpu_time(fn: Callable[[], Any], repeats: int = 3) -> float:
-    """Median CPU seconds of this thread over ``repeats`` calls of ``fn`` (one warm-up call)."""
+def cpu_time(fn: Callable[[], Any], repeats: int = 3, clock: Callable[[], float] = time.thread_time) -> float:
+    """Median seconds of ``clock`` (default: this thread's CPU time) over ``repeats`` calls of
+    ``fn`` (one warm-up call)."""
     fn()
     out = []
     for _ in range(repeats):
-        t = time.thread_time()
+        t = clock()
         fn()
-        out.append(time.thread_time() - t)
+        out.append(clock() - t)
     return float(np.median(out))
 
 
@@ -296,13 +297,8 @@ def calibrate_layers(indptr: np.ndarray, indices: np.ndarray, models: tuple[str,
 
 
 def _wall(fn: Callable[[], Any], repeats: int = 3) -> float:
-    fn()
-    out = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        fn()
-        out.append(time.perf_counter() - t)
-    return float(np.median(out))
+    """Median wall seconds (a GPU's work is not CPU time of this thread)."""
+    return cpu_time(fn, repeats, time.perf_counter)
 
 
 def calibrate_step() -> dict[str, float]:

@@ -17,7 +17,7 @@ import random
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -29,25 +29,14 @@ from gnnflow.sampling import Block, as_long_tensor
 from gnnflow.sampling.tensor_sampler import DeviceCSR, TensorRelabeler, full_block
 
 if TYPE_CHECKING:
+    from gnnflow.data.store import GraphStore
     from gnnflow.strategies.relational import TypedGraph
-
-
-class GraphLike(Protocol):
-    """What :func:`evaluate_full` reads (a ``GraphStore`` has all of it)."""
-
-    indptr: np.ndarray
-    indices: np.ndarray
-    features: np.ndarray | None
-    labels: np.ndarray
-    train_idx: np.ndarray
-    val_idx: np.ndarray
-    test_idx: np.ndarray
 
 
 @dataclass
 class ModelGraph:
     """The graph a model trains on: the store's arrays with the structure the config defines
-    (A, or A + I with ``self_loops``).  Satisfies :class:`GraphLike`."""
+    (A, or A + I with ``self_loops``); read as a ``GraphStore`` is (:func:`evaluate_full`)."""
 
     indptr: np.ndarray
     indices: np.ndarray
@@ -58,7 +47,7 @@ class ModelGraph:
     test_idx: np.ndarray
 
 
-def model_graph(store: GraphLike, cfg: TrainConfig) -> ModelGraph:
+def model_graph(store: GraphStore | ModelGraph, cfg: TrainConfig) -> ModelGraph:
     """``store`` as the model sees it: self-loops added when ``cfg`` asks for them (every
     strategy adds them the same way: v last in its own in-neighbour list)."""
     from gnnflow.data.csr import with_self_loops
@@ -243,7 +232,7 @@ def full_inference(model: GNN, indptr: np.ndarray, indices: np.ndarray, features
     return h.cpu()
 
 
-def evaluate_full(model: GNN, graph: GraphLike, device: torch.device | str = "cpu",
+def evaluate_full(model: GNN, graph: GraphStore | ModelGraph, device: torch.device | str = "cpu",
                   chunk_size: int | None = None, typed: TypedGraph | None = None) -> dict[str, Any]:
     """Full-neighbourhood accuracies and losses of ``model`` on ``graph``'s train/val/test splits
     (:mod:`gnnflow.strategies.metrics`); ``typed``: see :func:`full_inference`."""
