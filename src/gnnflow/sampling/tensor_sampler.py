@@ -224,17 +224,24 @@ class DeviceCSR:
 
     def out_degrees(self) -> torch.Tensor:
         """How many in-neighbour lists hold each vertex (int64, on the device)."""
-        idx = self.indices if self.resident else self.indices.long()
-        return torch.bincount(idx.long(), minlength=self.num_nodes).to(self.device)
+        return torch.bincount(self.indices, minlength=self.num_nodes).to(self.device)  # int32 too: no copy
+
+
+def read_only_tensor(a: np.ndarray) -> torch.Tensor:
+    """A tensor sharing ``a``'s memory, also when ``a`` is a read-only memory map (a store's CSR,
+    a shard's features: they stay paged from the file; nothing writes them), without torch's
+    warning about non-writable arrays."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+        return torch.from_numpy(a)
 
 
 def _tensor(x: np.ndarray | torch.Tensor) -> torch.Tensor:
     if isinstance(x, torch.Tensor):
         return x
-    arr = np.asarray(x)
-    if not arr.flags.writeable:  # a read-only memory map: torch wants writable memory
-        arr = np.array(arr)
-    return torch.from_numpy(arr)
+    return read_only_tensor(np.asarray(x))  # no copy of a memory-mapped CSR; nothing writes it
 
 
 class TensorLayerwise(LayerwiseSampler):

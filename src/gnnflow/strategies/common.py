@@ -26,7 +26,7 @@ from gnnflow.config import TrainConfig
 from gnnflow.io import atomic_file
 from gnnflow.nn.model import GNN
 from gnnflow.sampling import Block, as_long_tensor
-from gnnflow.sampling.tensor_sampler import DeviceCSR, TensorRelabeler, full_block
+from gnnflow.sampling.tensor_sampler import DeviceCSR, TensorRelabeler, full_block, read_only_tensor
 
 if TYPE_CHECKING:
     from gnnflow.data.store import GraphStore
@@ -132,17 +132,6 @@ def drop_rows_after_epoch(path: Path, last_epoch: int) -> None:
             keep.append(line)
     with atomic_file(path) as tmp:
         tmp.write_text("".join(line + "\n" for line in keep))
-
-
-def read_only_tensor(a: np.ndarray) -> torch.Tensor:
-    """A tensor sharing ``a``'s memory, also when ``a`` is a read-only memory map (a shard's
-    features: they stay paged from the file; nothing writes them), without torch's warning
-    about non-writable arrays."""
-    import warnings
-
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
-        return torch.from_numpy(a)
 
 
 def feature_rows(features: np.ndarray, ids: torch.Tensor) -> torch.Tensor:
