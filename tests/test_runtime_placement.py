@@ -51,11 +51,13 @@ SITES = {
     "gnnflow.comm.collectives:exchange_rows_in_rounds": HOST,  # the CPU feature store's rows
     "gnnflow.comm.collectives:part_degrees": HOST,
     "gnnflow.strategies.minibatch.feature_store:FeatureStore._exchange": HOST,
-    "gnnflow.strategies.minibatch.sampler:DistNeighborSampler.sample_neighbors": HOST,
+    "gnnflow.strategies.minibatch.sampler:DistNeighborSampler.sample_edges": HOST,  # typed books too
+    "gnnflow.strategies.hec.use:expected_use": HOST,  # read rates, cache sizes
+    "gnnflow.strategies.hec.use:fill_static": HOST,  # layer-0 rows from the host feature store
+    "gnnflow.strategies.minibatch.inference:max_over_ranks": HOST,
     "gnnflow.strategies.minibatch.sampler:DistNeighborSampler._reply": HOST,
     "gnnflow.strategies.split.sampling:sp_sample": HOST,
     "gnnflow.strategies.hec.push:exchange_halo_ids": HOST,
-    "gnnflow.strategies.minibatch.inference:_rounds": HOST,
     "gnnflow.strategies.minibatch.base:MiniBatchStrategy._plan_batches": HOST,
     "gnnflow.strategies.metrics:reduce_sums": HOST,
     "gnnflow.strategies.split.split_parallel:SplitParallel.group_split_metrics": HOST,

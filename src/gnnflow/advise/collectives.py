@@ -60,14 +60,14 @@ def collectives_rank(ctx: Any, repeats: int) -> dict[str, float]:
     """One rank's part of :func:`calibrate_collectives` (module-level: the spawner imports it)."""
     import torch.distributed as dist
 
-    from gnnflow.comm.collectives import alltoallv
+    from gnnflow.comm.collectives import all_gather, all_reduce, alltoallv
     from gnnflow.runtime.devices import HOST
 
     p = ctx.world_size
     sizes, times = [], []
     for n in (1, 16384, 262144, 1048576):
         t = torch.zeros(n)
-        times.append(_median_time(lambda t=t: dist.all_reduce(t), repeats))
+        times.append(_median_time(lambda t=t: all_reduce(t, HOST), repeats))
         sizes.append(4.0 * n)
     ar_lat, ar_byte = _fit(sizes, times)
     sizes, times, cpu = [], [], []
@@ -79,9 +79,9 @@ def collectives_rank(ctx: Any, repeats: int) -> dict[str, float]:
     dist.barrier()
     spin_wall, spin_cpu = _spin()
     shares = [torch.zeros(1) for _ in range(p)]
-    dist.all_gather(shares, torch.tensor([spin_cpu / max(spin_wall, 1e-9)]))
+    all_gather(shares, torch.tensor([spin_cpu / max(spin_wall, 1e-9)]), HOST)
     figures = torch.tensor([ar_lat, ar_byte, lat, per_byte, cpu[0]])
-    dist.all_reduce(figures, op=dist.ReduceOp.MAX)
+    all_reduce(figures, HOST, op=dist.ReduceOp.MAX)
     return {"allreduce_latency": float(figures[0]), "allreduce_byte": float(figures[1]),
             "latency": float(figures[2]), "byte": float(figures[3]), "latency_cpu": float(figures[4]),
             "cores": float(min(p, sum(float(s) for s in shares)))}

@@ -58,9 +58,10 @@ def check_run(cfg: TrainConfig, cls: type[Strategy], memory: bool = True) -> Tra
             raise ConfigError(f"{cfg.partition}: {have} parts, but --strategy {cfg.strategy} with "
                               f"--workers {cfg.workers} needs {want}; partition into {want} parts "
                               f"(gnnflow partition --parts {want}) or change --workers")
+    if memory:  # from the metadata alone: a run that cannot fit is refused before any file is scanned
+        check_memory(cfg, cls, cfg.force)
+    if cfg.partition and want is not None:
         from gnnflow.partition.book import PartitionBook
 
         PartitionBook.open(cfg.partition).check_part_files()  # a truncated shard: one line, now
-    if memory:
-        check_memory(cfg, cls, cfg.force)
     return cfg
