@@ -102,7 +102,7 @@ def test_scorecard_lists_other_tables_and_refuses_a_bad_claims_file(tmp_path):
     proc = _snakemake("-n", "--profile", "profiles/default", "--configfile", str(paper),
                       "--config", f"results={tmp_path}/results", card)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert f"gnnflow results scorecard small={tmp_path}/results/table.parquet full={full}" in proc.stdout
+    assert f"-m gnnflow.cli results scorecard small={tmp_path}/results/table.parquet full={full}" in proc.stdout
     bad = tmp_path / "bad.claims.yaml"
     bad.write_text("paper: x\nclaims:\n  - {id: a, statement: s, where: {ref: T}, paper: {value: 1}, compare: mean}\n")
     proc = _snakemake("-n", "--profile", "profiles/default", "--configfile", str(paper),
