@@ -29,6 +29,7 @@ The partition book then has ``k`` parts and every group uses the same map.
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -230,6 +231,7 @@ class SplitParallel(MiniBatchStrategy):
         self.sampler = SplitSampler(self.graph, cfg.fanouts, seed=cfg.seed, group=self.groups["sample"])
         self.feature_store = None
         self.split_counts: list[tuple[list[int], list[int]]] = []
+        self._in_epoch = self._resumed_in_epoch = False  # a mid-epoch checkpoint holds split_counts
         self.build_model()
 
     # --------------------------------------------------------------- stages
@@ -292,11 +294,28 @@ class SplitParallel(MiniBatchStrategy):
         return self.train_batch_counting(mb, rec, self.shuffle_stats, "shuffle")  # forward + backward shuffles
 
     def run_epoch(self, epoch: int, rec: Recorder) -> float:
-        self.split_counts = []
+        if not self._resumed_in_epoch:  # else a mid-epoch checkpoint held the epoch's counts so far
+            self.split_counts = []
+        self._resumed_in_epoch, self._in_epoch = False, True
         loss = super().run_epoch(epoch, rec)
+        self._in_epoch = False
         rec.extra.update(self.group_split_metrics())
         rec.extra["split_group_size"] = float(self.k)
         return loss
+
+    def state_dict(self) -> dict[str, Any]:
+        """Model and optimizer; inside an epoch (a mid-epoch checkpoint) also the epoch's split
+        counts so far, so the resumed epoch's Fig. 5 figures equal an uninterrupted one's."""
+        state = super().state_dict()
+        if self._in_epoch:
+            state["split_counts"] = json.dumps(self.split_counts, default=int)
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        self._resumed_in_epoch = "split_counts" in state
+        if self._resumed_in_epoch:
+            self.split_counts = [tuple(c) for c in json.loads(state["split_counts"])]
 
     def group_split_metrics(self) -> dict[str, float]:
         """GSplit Fig. 5 inside training: per-layer load imbalance and cross-split edge fraction.
