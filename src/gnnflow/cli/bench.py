@@ -12,8 +12,12 @@ all`` runs the suite in ``config/bench.yaml`` and writes one table
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import json
+import os
+import sys
+from collections.abc import Iterator
 
 from gnnflow.bench.registry import BENCHES, machine
 
@@ -24,6 +28,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("name", nargs="?", choices=sorted(BENCHES), help="which benchmark")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of a summary line")
     parser.epilog = "benchmarks: " + "; ".join(f"{k}: {v[1]}" for k, v in BENCHES.items())
+
+
+@contextlib.contextmanager
+def stdout_to_stderr() -> Iterator[None]:
+    """File descriptor 1 points at stderr meanwhile (this process's writes and those of every
+    process it starts), so that stdout carries the benchmark's result alone (``--json``)."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
 
 
 def main(args: argparse.Namespace) -> int:
@@ -39,7 +58,8 @@ def main(args: argparse.Namespace) -> int:
     parser.add_argument("--json", action="store_true")
     module.add_arguments(parser)
     bargs = parser.parse_args(args.extra)
-    result = module.run(bargs)
+    with stdout_to_stderr():  # what the runs print (DGL's C code prints to the fd) stays off the result
+        result = module.run(bargs)
     result.setdefault("benchmark", args.name)
     result["machine"] = machine()
     if bargs.json or args.json:
