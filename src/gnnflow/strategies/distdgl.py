@@ -107,7 +107,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -128,6 +127,7 @@ from gnnflow.runtime.context import RankContext
 from gnnflow.runtime.devices import HOST
 from gnnflow.strategies.base import Strategy, check_loss
 from gnnflow.strategies.distdgl_janitor import start_janitor
+from gnnflow.strategies.distdgl_rgcn import timed_batches
 from gnnflow.strategies.memory import (
     BASE_DGL,
     DGL_EVAL_BATCH,
@@ -306,20 +306,6 @@ def _server_main() -> None:
 
 
 # ---------------------------------------------------------------------------- the strategy
-def timed_batches(loader: Any, rec: Recorder) -> Iterator[tuple[Any, Any, Any]]:
-    """DGL's ``(input_nodes, seeds, blocks)`` batches of ``loader``, the wait for each (DGL's
-    sampling, remote neighbourhoods included) added to the ``sample`` timer of ``rec``."""
-    it = iter(loader)
-    while True:
-        t = time.perf_counter()
-        try:
-            batch = next(it)
-        except StopIteration:
-            return
-        rec.add_time("sample", time.perf_counter() - t)
-        yield batch
-
-
 @dataclass(frozen=True)
 class DistDGLOptions(StrategyOptions):
     """The DistDGL peer's options."""

@@ -39,6 +39,8 @@ from __future__ import annotations
 
 import functools
 import math
+import time
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -48,7 +50,6 @@ import torch.nn.functional as F
 from gnnflow.errors import ConfigError
 from gnnflow.results.schema import Recorder
 from gnnflow.strategies.base import check_loss
-from gnnflow.strategies.distdgl import timed_batches
 
 SPLITS = ("train", "val", "test")
 
@@ -120,6 +121,20 @@ def homogeneous_block(block: Any, ntypes: list[str], etypes: list[tuple[str, str
     hb.edata["etype"] = rel
     hb.edata["norm"] = (1.0 / counts.to(torch.float32))[inverse].unsqueeze(1)
     return hb
+
+
+def timed_batches(loader: Any, rec: Recorder) -> Iterator[tuple[Any, Any, Any]]:
+    """DGL's ``(input_nodes, seeds, blocks)`` batches of ``loader``, the wait for each (DGL's
+    sampling, remote neighbourhoods included) added to the ``sample`` timer of ``rec``."""
+    it = iter(loader)
+    while True:
+        t = time.perf_counter()
+        try:
+            batch = next(it)
+        except StopIteration:
+            return
+        rec.add_time("sample", time.perf_counter() - t)
+        yield batch
 
 
 class PeerRGCN(torch.nn.Module):
