@@ -42,6 +42,17 @@ def random_store_arrays(num_nodes: int = 200, avg_degree: int = 6, feature_dim: 
 
 
 @pytest.fixture
+def one_thread():
+    """One intra-op thread: on a shared 2-core machine OpenMP spinning costs far more than it gains."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture
 def tiny_store(tmp_path):
     """A 200-node random graph store (no class signal; for mechanics, not accuracy)."""
     from gnnflow.data.store import write_store

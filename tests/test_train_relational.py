@@ -25,13 +25,6 @@ def hetero(tmp_path_factory):
     return prepare_synthetic_hetero(tmp_path_factory.mktemp("hetero") / "h", **SMALL)
 
 
-@pytest.fixture
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
 
 def _train(store, model: str, epochs: int, **kw):
     cfg = TrainConfig.from_dict({"graph": str(store.path), "model": model, "epochs": epochs, "eval_every": epochs,

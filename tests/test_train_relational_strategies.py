@@ -5,7 +5,6 @@ exactly layer by layer, and record what their embeddings and caches did; split a
 from __future__ import annotations
 
 import pytest
-import torch
 
 from gnnflow.cli import main as cli_main
 from gnnflow.config import TrainConfig
@@ -23,13 +22,6 @@ def typed_book(tmp_path_factory):
                                      num_fields=60, num_classes=4, author_dim=0, feature_signal=0.3)
     return store, partition_graph(store.path, "metis", 2, tmp / "book", seed=0)
 
-
-@pytest.fixture
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def _train(store, book, out, strategy, model, **kw):

@@ -20,15 +20,6 @@ from gnnflow.strategies.common import evaluate_full, full_inference
 from gnnflow.strategies.driver import run_training
 
 
-@pytest.fixture
-def one_thread():
-    """One intra-op thread: on a shared 2-core machine OpenMP spinning costs far more than it gains."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 @pytest.fixture(scope="module")
 def synthetic_default(tmp_path_factory):
     from gnnflow.data.synthetic import prepare_synthetic

@@ -20,13 +20,6 @@ from gnnflow.strategies.verify.data_parallel import verify
 FANOUTS = "cites:5,rev_writes:3,*:2;cites:3,*:2"
 
 
-@pytest.fixture
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
 
 def test_gnnflow_verify_data_rgcn_with_per_relation_fanouts(capsys):
     assert cli_main(["verify", "--strategy", "data", "--workers", "4", "--model", "rgcn", "--fanouts", FANOUTS,
