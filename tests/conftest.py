@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 
 import numpy as np
 import pytest
@@ -143,6 +144,32 @@ def results_table(runs: list[dict], epochs: int = 2, ranks: int = 2):
     return pd.DataFrame(rows)
 
 
+RANK_NAME = re.compile(r"gnnflow-rank(\d+)$")
+
+
+def rank_processes(launcher_pid: int) -> list:
+    """The ranks a local launcher started (each names itself ``gnnflow-rank<N>``), in rank
+    order; the ranks fork from the launcher's fork server, so they are its grandchildren."""
+    import psutil
+
+    found = []
+    for p in psutil.Process(launcher_pid).children(recursive=True):
+        try:
+            m = RANK_NAME.match(p.name())
+        except psutil.NoSuchProcess:
+            continue
+        if m:
+            found.append((int(m.group(1)), p))
+    return [p for _, p in sorted(found, key=lambda t: t[0])]
+
+
+def forkserver_pid() -> int | None:
+    """This interpreter's multiprocessing fork server (it starts ranks until the interpreter exits)."""
+    from multiprocessing import forkserver
+
+    return getattr(forkserver._forkserver, "_forkserver_pid", None)
+
+
 @pytest.fixture
 def no_leftovers():
     """``check(runs)``: wait (up to 30 s) until no process started by this test is alive and
@@ -158,9 +185,10 @@ def no_leftovers():
         me = psutil.Process()
         deadline = time.monotonic() + timeout
         while True:
-            # (multiprocessing's resource tracker serves this interpreter until it exits)
+            # (multiprocessing's resource tracker and fork server serve this interpreter until it exits)
             procs = [p for p in me.children(recursive=True) if p.status() != psutil.STATUS_ZOMBIE
-                     and "multiprocessing.resource_tracker" not in " ".join(p.cmdline())]
+                     and "multiprocessing.resource_tracker" not in " ".join(p.cmdline())
+                     and p.pid != forkserver_pid()]
             shm = [p.name for run in runs for p in shm_entries(run)]
             if not procs and not shm:
                 return

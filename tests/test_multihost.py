@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import synthetic_graph_book, unmeasured_records
+from conftest import RANK_NAME, synthetic_graph_book, unmeasured_records
 from simhosts import SimulatedHosts, available
 
 _WHY = available()
@@ -309,20 +309,18 @@ def test_sigkill_of_a_rank_on_the_second_host_fails_the_run(cluster, tmp_path):
 
 
 def _rank_pid(cluster: Cluster, k: int, rank: int) -> int:
-    """pid of global ``rank`` on host ``k``: the launcher spawns its ranks in rank order."""
+    """pid of global ``rank`` on host ``k`` (each rank names itself ``gnnflow-rank<N>``)."""
     import psutil
 
-    ranks = []
+    ranks = {}
     for pid in cluster.hosts.pids(k):
         try:
-            p = psutil.Process(pid)
-            if "spawn_main" in " ".join(p.cmdline()) and "resource_tracker" not in " ".join(p.cmdline()):
-                ranks.append((p.create_time(), pid))
+            if m := RANK_NAME.match(psutil.Process(pid).name()):
+                ranks[int(m.group(1))] = pid
         except psutil.NoSuchProcess:
             continue
-    ranks.sort()
     assert len(ranks) == LOCAL, ranks
-    return ranks[rank - k * LOCAL][1]
+    return ranks[rank]
 
 
 def test_resume_across_hosts_needs_the_run_directory_on_rank_0s_host_only(cluster, tmp_path):

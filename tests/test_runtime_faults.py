@@ -22,7 +22,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from conftest import synthetic_graph_book
+from conftest import rank_processes, synthetic_graph_book
 
 STRATEGY_ARGS = {
     "data": [],
@@ -68,8 +68,7 @@ def _wait_training(proc: subprocess.Popen, out: Path, timeout_s: float = 240) ->
 
 def _ranks(proc: subprocess.Popen) -> list[psutil.Process]:
     """The launcher's ranks in rank order (started one after the other)."""
-    kids = [p for p in psutil.Process(proc.pid).children() if "spawn_main" in " ".join(p.cmdline())]
-    return sorted(kids, key=lambda p: (p.create_time(), p.pid))
+    return rank_processes(proc.pid)
 
 
 def _listeners(procs: list[psutil.Process]) -> list[tuple[str, int, int]]:

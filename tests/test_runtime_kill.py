@@ -10,7 +10,7 @@ import time
 
 import psutil
 import pytest
-from conftest import synthetic_graph_book
+from conftest import rank_processes, synthetic_graph_book
 
 
 @pytest.fixture
@@ -19,11 +19,8 @@ def default_graph_book(tmp_path):
 
 
 def _rank_processes(parent: psutil.Process) -> list[psutil.Process]:
-    """The spawned ranks in rank order (the launcher starts them one after the other).
-
-    Only the launcher's own children: each rank's sampler process is a child of its rank."""
-    ranks = [p for p in parent.children(recursive=False) if "spawn_main" in " ".join(p.cmdline())]
-    return sorted(ranks, key=lambda p: (p.create_time(), p.pid))
+    """The ranks in rank order (not their sampler processes, each a child of its rank)."""
+    return rank_processes(parent.pid)
 
 
 @pytest.mark.slow

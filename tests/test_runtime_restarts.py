@@ -10,9 +10,8 @@ import sys
 import time
 from pathlib import Path
 
-import psutil
 import pytest
-from conftest import synthetic_graph_book, unmeasured_records
+from conftest import rank_processes, synthetic_graph_book, unmeasured_records
 
 from gnnflow.strategies.checkpoint import load_checkpoint
 
@@ -59,8 +58,7 @@ def _kill_a_rank_when(proc: subprocess.Popen, ready, timeout_s: float = 300) -> 
             raise AssertionError("the run ended before the kill: " + proc.communicate()[1][-2000:])
         time.sleep(0.02)
     assert ready(), "the run never reached the point of the kill"
-    ranks = [p for p in psutil.Process(proc.pid).children() if "spawn_main" in " ".join(p.cmdline())]
-    sorted(ranks, key=lambda p: (p.create_time(), p.pid))[1].kill()  # SIGKILL rank 1
+    rank_processes(proc.pid)[1].kill()  # SIGKILL rank 1
 
 
 @pytest.mark.slow

@@ -128,10 +128,9 @@ def test_stop_and_resume_equals_uninterrupted(graph_book, tmp_path, strategy):
 
 
 def _rank_pids(launcher: int) -> list[int]:
-    import psutil
+    from conftest import rank_processes
 
-    kids = psutil.Process(launcher).children(recursive=False)
-    return [p.pid for p in kids if "spawn_main" in " ".join(p.cmdline())]
+    return [p.pid for p in rank_processes(launcher)]
 
 
 @pytest.mark.slow

@@ -5,7 +5,9 @@ process group initialised and returns the list of per-rank results (on the
 local launcher) or this rank's result in a list of one (under torchrun/srun,
 where the outer launcher owns the other ranks).
 
-* Local: ``world_size`` processes are spawned on this machine.  The parent holds
+* Local: ``world_size`` processes are started on this machine, forked from the
+  launcher's fork server (:func:`rank_start_context`), each named
+  ``gnnflow-rank<N>`` in ``ps``.  The parent holds
   the rendezvous store, listening on loopback only
   (:mod:`gnnflow.runtime.network`), and gloo is pinned to loopback too.  It
   watches the ranks: their exits, their error reports and their heartbeats
@@ -14,8 +16,8 @@ where the outer launcher owns the other ranks).
   names the rank that CAUSED the failure: a dead rank before a stopped one,
   a stopped one before the ranks that then timed out or lost their connection.
   SIGTERM, SIGHUP or SIGINT to the parent stops every rank before it exits; a
-  rank dies with its parent (``PR_SET_PDEATHSIG``) even when the parent is
-  killed outright.  Shared-memory files the run made are removed on every exit
+  rank dies with its parent, the fork server (``PR_SET_PDEATHSIG``), which
+  exits when the launcher does, even when the launcher is killed outright.  Shared-memory files the run made are removed on every exit
   path (:mod:`gnnflow.runtime.processes`).  No process is left behind.
 * Several hosts, gnnflow's own launcher on each (``gnnflow train --nnodes N
   --node-rank K --master HOST:PORT``, :func:`set_nodes`): the launcher of host
@@ -51,6 +53,7 @@ evaluation layer on a loaded host took more than 60 s).
 
 from __future__ import annotations
 
+import atexit
 import logging
 import multiprocessing as mp
 import os
@@ -84,6 +87,7 @@ from gnnflow.runtime.processes import (
     huge_page_tunables,
     new_run_tag,
     remove_run_shm,
+    set_process_name,
     sweep_stale_shm,
     tune_allocator,
 )
@@ -100,6 +104,22 @@ def _send(conn: Any, message: tuple[Any, ...]) -> None:
     conn.send_bytes(pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL))
 
 
+def _release_fork_server() -> None:
+    """Close this rank's copy of the launcher's end of the fork server's liveness pipe.
+
+    multiprocessing hands it to every process the server forks (so that they could start
+    processes from it too); while a rank holds it, the server never sees its launcher exit and
+    outlives it, and so do the ranks, whose parent it is (``PR_SET_PDEATHSIG``).  Without it,
+    a killed launcher ends the server and the server's exit ends the ranks."""
+    from multiprocessing import forkserver
+
+    server = forkserver._forkserver
+    fd = getattr(server, "_forkserver_alive_fd", None)
+    if fd is not None:
+        os.close(fd)
+        server._forkserver_alive_fd = None
+
+
 def _rank_entry(
     rank: int,
     local_rank: int,
@@ -113,8 +133,14 @@ def _rank_entry(
     fn: Callable[..., Any],
     args: tuple[Any, ...],
     conn: Any,
+    environ: dict[str, str],
 ) -> None:
-    """Body of a spawned rank: beat, init the group, run ``fn``, report through ``conn``."""
+    """Body of a started rank: take the launcher's environment, beat, init the group, run
+    ``fn``, report through ``conn``."""
+    os.environ.clear()  # the fork server's environment is the one of the launcher's first run
+    os.environ.update(environ)
+    set_process_name(f"gnnflow-rank{rank}")
+    _release_fork_server()
     die_with_parent()
     tune_allocator()
     os.environ["GNNFLOW_RANK"] = str(rank)
@@ -147,6 +173,10 @@ def _rank_entry(
             except Exception:
                 pass
     conn.close()
+    # a process forked by the fork server ends with os._exit, which skips the atexit handlers a
+    # spawned rank ran as it exited (the DistDGL peer's client and servers, the swap planner's
+    # shared files): run them here, as the interpreter would have
+    atexit._run_exitfuncs()
 
 
 def run_ranks(
@@ -233,10 +263,26 @@ def _sweep() -> None:
                     "y" if len(stale) == 1 else "ies", " ".join(stale))
 
 
+#: what the fork server imports once, so that a rank starts without importing torch again
+FORKSERVER_PRELOAD = ("gnnflow.runtime.launch", "gnnflow.strategies.driver")
+
+
+def rank_start_context() -> Any:
+    """The multiprocessing context ranks start from: a fork server (one per launcher process,
+    started on its first run) that imported torch and the training driver once.  A rank forks
+    from it in a fraction of a second where a spawned one imports torch again (2-3 CPU seconds
+    each, with 4 ranks on 2 cores several seconds of every run).  The server is a single-threaded
+    process that never touched CUDA or a thread pool, so forking it is safe; each rank takes the
+    launcher's environment of its own run (:func:`_rank_entry`)."""
+    ctx = mp.get_context("forkserver")
+    ctx.set_forkserver_preload(list(FORKSERVER_PRELOAD))
+    return ctx
+
+
 def _spawn_local(fn: Callable[..., Any], world_size: int, args: tuple[Any, ...], device: str,
                  backend: str, timeout_s: float, threads_per_rank: int | None,
                  spec: Nodes | None = None) -> list[Any]:
-    ctx = mp.get_context("spawn")
+    ctx = rank_start_context()
     _quiet_resource_tracker()
     ranks = spec.local_ranks(world_size) if spec is not None else range(world_size)
     if spec is None:
@@ -271,7 +317,7 @@ def _spawn_local(fn: Callable[..., Any], world_size: int, args: tuple[Any, ...],
                 p = ctx.Process(
                     target=_rank_entry,
                     args=(rank, local, world_size, store_addr, port, backend, device, timeout_s, threads, fn,
-                          args, child),
+                          args, child, dict(os.environ)),
                     name=f"gnnflow-rank{rank}",
                     daemon=False,
                 )

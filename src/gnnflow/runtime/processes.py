@@ -51,6 +51,15 @@ def die_with_parent(sig: int = signal.SIGKILL) -> None:
         os._exit(1)
 
 
+def set_process_name(name: str) -> None:
+    """Name this process ``name`` (its first 15 bytes) in ``ps``, ``top`` and ``/proc/PID/comm``."""
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(15, ctypes.c_char_p(name.encode()[:15]), 0, 0, 0)  # PR_SET_NAME
+    except (OSError, AttributeError):  # pragma: no cover - not Linux
+        pass
+
+
 #: allocations from this size on are served by mmap and unmapped when freed (glibc M_MMAP_THRESHOLD)
 MMAP_THRESHOLD = 256 << 10
 
