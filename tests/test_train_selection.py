@@ -13,7 +13,8 @@ import torch.nn.functional as F
 
 from gnnflow.results.selection import best_row, better
 from gnnflow.results.table import summarize, summarize_seeds, summary_text
-from gnnflow.strategies.metrics import evaluate_logits, split_metrics, split_sums
+from gnnflow.strategies import metrics
+from gnnflow.strategies.metrics import evaluate_logits, split_metrics, split_sums, split_sums_at
 
 
 def test_split_metrics_skip_unlabelled_and_add_over_chunks():
@@ -30,6 +31,24 @@ def test_split_metrics_skip_unlabelled_and_add_over_chunks():
     assert evaluate_logits({"val": (logits, labels)}) == pytest.approx(whole, nan_ok=True)
     unlabelled = split_metrics(split_sums({"test": (logits[:2], torch.tensor([-1, -1]))}))
     assert math.isnan(unlabelled["test_acc"])
+
+
+def test_metrics_read_bounded_chunks_of_rows_and_positions(monkeypatch):
+    """Big logits are read a chunk of rows at a time (bounded temporaries); the sums equal one
+    pass over the copied split rows, and reading through positions copies no split."""
+    torch.manual_seed(1)
+    logits, labels = torch.randn(1000, 7), torch.randint(-1, 7, (1000,))
+    positions = {"train": torch.randperm(1000)[:600], "val": torch.arange(600, 700), "test": torch.tensor([3, 5])}
+    one = split_sums({s: (logits[p], labels[p]) for s, p in positions.items()})
+    seen = []
+    real = metrics._chunk_sums
+    monkeypatch.setattr(metrics, "_chunk_sums", lambda lg, lb: seen.append(lg.shape[0]) or real(lg, lb))
+    monkeypatch.setattr(metrics, "CHUNK_BYTES", 4 * 7 * 64)  # 64 rows a chunk
+    for sums in (split_sums({s: (logits[p], labels[p]) for s, p in positions.items()}),
+                 split_sums_at(logits, labels, positions)):
+        assert torch.equal(sums[:, [0, 2]], one[:, [0, 2]])  # counts exact
+        assert torch.allclose(sums[:, 1], one[:, 1], rtol=1e-6)
+    assert max(seen) == 64 and sum(seen) == 2 * 702
 
 
 def test_selection_prefers_accuracy_then_lower_loss_then_earlier():

@@ -33,8 +33,8 @@ the feature dimension, ``H`` the hidden width, ``L`` layers, ``P`` ranks):
 * **model**: parameters, gradients and Adam's two moments (16 bytes per weight);
 * **evaluation** (layer-wise inference, :mod:`gnnflow.strategies.minibatch.inference`):
   one hidden table of the part (``n_inner H 4``, memory-mapped, resident while
-  it is read) plus ``EVAL_CHUNKS`` chunks of source rows (64 MiB each) and the
-  logits; the feature shard's pages are released after layer 0, so the peak
+  it is read) plus ``EVAL_CHUNKS`` chunks of source rows (64 MiB each), the
+  logits and ``METRIC_CHUNKS`` chunks of the metrics (16 MiB each); the feature shard's pages are released after layer 0, so the peak
   is ``max(training, evaluation)`` over the non-shared terms;
 * **HEC** (DistGNN-MB): sources are solid vertices and cached halo rows,
   about ``1 - cut`` of data-parallel's; per layer a cache of ``cs`` lines of
@@ -93,6 +93,7 @@ if TYPE_CHECKING:
     from gnnflow.partition.meta import BookMeta
 
 from gnnflow.config import HEADED_MODELS, RELATIONAL_MODELS, fanout_total
+from gnnflow.strategies.metrics import CHUNK_BYTES as METRIC_CHUNK
 
 MIB = 1 << 20
 BASE = 290 * MIB  # one rank: interpreter, torch, numpy, gnnflow, gloo (measured on a tiny graph)
@@ -105,6 +106,8 @@ ACT_SRC = 2.0  # floats per source row and output feature of a layer that projec
 DISTINCT_POOL = 0.65
 EVAL_CHUNKS = 4  # 64 MiB chunks of source rows alive in inference (rows, fetched halo, copy, output)
 CHUNK = 64 * MIB
+#: the metrics read the logits a chunk at a time: its masked copy, log-softmax and arg-max
+METRIC_CHUNKS = 3
 #: bytes per edge of the full-neighbourhood blocks whole-graph inference keeps for every layer
 #: (:func:`gnnflow.strategies.common.full_inference`: int64 indices, source ids, source degrees)
 BLOCK_EDGE_BYTES = 3 * 8
@@ -341,7 +344,7 @@ def evaluation_bytes(p: PartSizes, cfg: Any, classes: int, feature_dim: int) -> 
     hidden = cfg.hidden * (int(getattr(cfg, "heads", 1)) if cfg.model in HEADED_MODELS else 1)
     table = 4 * p.inner * hidden if cfg.num_layers > 1 else 0
     chunk = min(CHUNK, 4 * (p.inner + p.halo) * max(feature_dim, hidden))  # no more than the part's rows
-    return int(table + EVAL_CHUNKS * chunk + 4 * p.inner * classes)
+    return int(table + EVAL_CHUNKS * chunk + 4 * p.inner * classes + METRIC_CHUNKS * METRIC_CHUNK)
 
 
 # ------------------------------------------------------------------------------------------ a run

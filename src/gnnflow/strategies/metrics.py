@@ -17,6 +17,7 @@ Vertices with a negative label are unlabelled and count nowhere.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 
 import torch
@@ -30,22 +31,52 @@ SPLITS = ("train", "val", "test")
 METRICS = tuple(f"{s}_{m}" for m in ("acc", "loss") for s in SPLITS)
 
 
+#: bytes of logits the metrics read at a time: a chunk's masked copy, its log-softmax and its
+#: arg-max stay a few times this, where whole splits would cost a few times the logits (ogbn-mag's
+#: 349 classes over a rank's training vertices: hundreds of MiB at the end of an evaluation)
+CHUNK_BYTES = 16 << 20
+
+
+def _chunk_sums(logits: torch.Tensor, labels: torch.Tensor) -> tuple[float, float, float]:
+    """Correct predictions, summed cross-entropy and labelled vertices of rows ``logits``."""
+    labels = torch.as_tensor(labels, device=logits.device).long()
+    mask = labels >= 0
+    if not bool(mask.any()):
+        return 0.0, 0.0, 0.0
+    logits, labels = logits[mask].float(), labels[mask]
+    return (float((logits.argmax(dim=-1) == labels).sum()),
+            float(F.cross_entropy(logits, labels, reduction="sum").double()), float(labels.numel()))
+
+
+def _chunk_rows(logits: torch.Tensor) -> int:
+    return max(1, CHUNK_BYTES // (4 * max(1, math.prod(logits.shape[1:]))))
+
+
 def split_sums(per_split: Mapping[str, tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
     """``[len(SPLITS), 3]`` float64: correct predictions, summed cross-entropy and labelled vertices
-    of each split's ``(logits, labels)`` (a split not given counts zero)."""
+    of each split's ``(logits, labels)`` (a split not given counts zero), read
+    :data:`CHUNK_BYTES` of logits at a time."""
     sums = torch.zeros(len(SPLITS), 3, dtype=torch.float64)
     for i, split in enumerate(SPLITS):
-        if split not in per_split:
-            continue
-        logits, labels = per_split[split]
-        labels = torch.as_tensor(labels, device=logits.device).long()
-        mask = labels >= 0
-        if not bool(mask.any()):
-            continue
-        logits, labels = logits[mask].float(), labels[mask]
-        sums[i, 0] = float((logits.argmax(dim=-1) == labels).sum())
-        sums[i, 1] = float(F.cross_entropy(logits, labels, reduction="sum").double())
-        sums[i, 2] = float(labels.numel())
+        if split in per_split:
+            logits, labels = per_split[split]
+            step = _chunk_rows(logits)
+            for a in range(0, int(logits.shape[0]), step):
+                sums[i] += torch.tensor(_chunk_sums(logits[a:a + step], labels[a:a + step]), dtype=torch.float64)
+    return sums
+
+
+def split_sums_at(logits: torch.Tensor, labels: torch.Tensor, positions: Mapping[str, torch.Tensor]) -> torch.Tensor:
+    """:func:`split_sums` of ``(logits[positions[s]], labels[positions[s]])`` for each split ``s``
+    given, without copying a whole split's rows (a chunk of positions at a time)."""
+    sums = torch.zeros(len(SPLITS), 3, dtype=torch.float64)
+    step = _chunk_rows(logits)
+    for i, split in enumerate(SPLITS):
+        if split in positions:
+            pos = positions[split]
+            for a in range(0, int(pos.shape[0]), step):
+                rows = pos[a:a + step]
+                sums[i] += torch.tensor(_chunk_sums(logits[rows], labels[rows]), dtype=torch.float64)
     return sums
 
 

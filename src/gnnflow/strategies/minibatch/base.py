@@ -575,16 +575,13 @@ class MiniBatchStrategy(Strategy):
 
     def evaluate(self) -> dict[str, float]:
         """Accuracies and losses per split over every rank's inner vertices (collective)."""
-        from gnnflow.strategies.metrics import evaluate_logits
+        from gnnflow.strategies.metrics import reduce_sums, split_metrics, split_sums_at
 
         logits = self.inference().cpu()
         labels = torch.from_numpy(np.asarray(self.part.labels, dtype=np.int64))
-        per_split = {}
-        for split in SPLITS:
-            pos = torch.from_numpy(self.part.global_to_local(np.asarray(getattr(self.part, f"{split}_idx"),
-                                                                          dtype=np.int64)))
-            per_split[split] = (logits[pos], labels[pos])
-        return evaluate_logits(per_split)
+        positions = {split: torch.from_numpy(self.part.global_to_local(
+            np.asarray(getattr(self.part, f"{split}_idx"), dtype=np.int64))) for split in SPLITS}
+        return split_metrics(reduce_sums(split_sums_at(logits, labels, positions)))
 
     def helper_pids(self) -> dict[str, int]:
         return {"sampler": int(self.sampler_proc.proc.pid)} if self.sampler_proc is not None else {}
