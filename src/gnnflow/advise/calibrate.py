@@ -93,8 +93,9 @@ class Calibration:
         near = min(have, key=lambda k: abs(math.log2(max(k, 1)) - math.log2(max(workers, 1))))
         out = dict(self.collectives[str(near)])
         scale = max(1.0, math.log2(max(workers, 2))) / max(1.0, math.log2(max(near, 2)))
-        for k in ("latency", "allreduce_latency"):
-            out[k] = out[k] * scale
+        for k in ("latency", "allreduce_latency", "broadcast_latency"):
+            if k in out:
+                out[k] = out[k] * scale
         from gnnflow.advise.collectives import usable_cores
 
         out["cores"] = float(min(workers, usable_cores())) * out.get("cores", 1.0) / max(1.0, min(near, usable_cores()))
@@ -216,10 +217,35 @@ def calibrate_sampler(indptr: np.ndarray, indices: np.ndarray) -> dict[str, floa
             "fit_error": float(np.median(relative_errors(x, y, coef)))}
 
 
+def _row_paths(table: np.ndarray, rng: np.random.Generator, count: int) -> tuple[float, float]:
+    """CPU seconds of ``count`` random rows read by the two paths the strategies' load stages run:
+    :meth:`FeatureStore.fetch` of one rank whose part owns a random half of the vertices (owner
+    lookup, global-to-local ``searchsorted``, gather), and a fancy-indexed read of the memory map
+    in batch order (``features[ids]``: single, split, P3, HEC)."""
+    import types
+
+    from gnnflow.partition.book import _sorted_lookup
+    from gnnflow.strategies.minibatch.feature_store import FeatureStore
+
+    n = table.shape[0]
+    inner = np.sort(rng.choice(2 * n, size=n, replace=False))
+    halo = np.zeros(0, dtype=np.int64)
+    part = types.SimpleNamespace(part_id=0, num_inner=n, features=table,
+                                 global_to_local=lambda ids: _sorted_lookup(np.asarray(ids, np.int64), inner, halo))
+    store = FeatureStore(part, np.zeros(2 * n, dtype=np.int8))
+    ids = torch.from_numpy(rng.choice(inner, size=count, replace=False))
+    pos = rng.choice(n, size=count, replace=False)
+    fetch = cpu_time(lambda: store.fetch(ids), 5)
+    index = cpu_time(lambda: torch.from_numpy(np.asarray(table[pos], dtype=np.float32)), 5)
+    return fetch, index
+
+
 def calibrate_gather() -> dict[str, float]:
-    """A memory-mapped feature file's random row gathers, and the batch scatter."""
+    """A memory-mapped feature file's random row gathers (``np.take``, what an owner serves), the
+    load stages' own row paths (``store_*``, ``index_*``: :func:`_row_paths`), and the batch
+    scatter."""
     rng = np.random.default_rng(2)
-    rows_x, ys = [], []
+    rows_x, ys, store_y, index_y = [], [], [], []
     with tempfile.TemporaryDirectory(prefix="gnnflow-cal-") as tmp:
         for dim in (16, 128):
             n = 200_000
@@ -233,15 +259,22 @@ def calibrate_gather() -> dict[str, float]:
                 t = cpu_time(lambda pos=pos, out=out, table=table: np.take(table, pos, axis=0, out=out, mode="clip"))
                 rows_x.append([1.0, count, 4.0 * count * dim])
                 ys.append(max(t, 1e-7))
+                fetch, index = _row_paths(table, rng, count)
+                store_y.append(max(fetch, 1e-7))
+                index_y.append(max(index, 1e-7))
             del table
     x, y = np.array(rows_x), np.array(ys)
+    paths = {}
+    for name, py in (("store", np.array(store_y)), ("index", np.array(index_y))):
+        c = nnls(x, py)
+        paths.update({f"{name}_call": float(c[0]), f"{name}_row": float(c[1]), f"{name}_byte": float(c[2])})
     coef = nnls(x, y)
     src = torch.randn(65536, 64)
     dst = torch.empty(65536, 64)
     idx = torch.from_numpy(rng.permutation(65536))
     scatter = cpu_time(lambda: dst.index_copy_(0, idx, src)) / (65536 * 64 * 4)
     return {"call": float(coef[0]), "row": float(coef[1]), "byte": float(coef[2]), "scatter": float(scatter),
-            "fit_error": float(np.median(relative_errors(x, y, coef)))}
+            "fit_error": float(np.median(relative_errors(x, y, coef))), **paths}
 
 
 def _blocks(indptr: np.ndarray, indices: np.ndarray, fanouts: list[int], batch: int, seed: int) -> list[Any]:

@@ -7,6 +7,8 @@ torch thread each where the cores are shared) and measure, on gloo:
   seconds per byte of the tensor (4 B, 64 KiB, 1 MiB, 4 MiB; medians of repeats);
 * ``latency`` / ``byte``: :func:`gnnflow.comm.collectives.alltoallv` of int64 ids, latency plus
   seconds per byte a rank sends (8 B to 1 MiB per peer);
+* ``broadcast_latency`` / ``broadcast_byte``: a float tensor's broadcast from rank 0 (4 B to
+  4 MiB), latency plus seconds per byte of the tensor (MG-GCN's row blocks);
 * ``cores``: the ranks run the same CPU-bound loop at once; each one's share is its CPU time over
   its wall time, and ``cores`` their sum: how many cores' worth P busy ranks get on this host now
   (2 for 4 ranks on a quiet 2-core host; less while other jobs run).
@@ -60,7 +62,7 @@ def collectives_rank(ctx: Any, repeats: int) -> dict[str, float]:
     """One rank's part of :func:`calibrate_collectives` (module-level: the spawner imports it)."""
     import torch.distributed as dist
 
-    from gnnflow.comm.collectives import all_gather, all_reduce, alltoallv
+    from gnnflow.comm.collectives import all_gather, all_reduce, alltoallv, broadcast
     from gnnflow.runtime.devices import HOST
 
     p = ctx.world_size
@@ -70,6 +72,12 @@ def collectives_rank(ctx: Any, repeats: int) -> dict[str, float]:
         times.append(_median_time(lambda t=t: all_reduce(t, HOST), repeats))
         sizes.append(4.0 * n)
     ar_lat, ar_byte = _fit(sizes, times)
+    sizes, times = [], []
+    for n in (1, 16384, 262144, 1048576):  # MG-GCN's row blocks: a float tensor from one rank to all
+        t = torch.zeros(n)
+        times.append(_median_time(lambda t=t: broadcast(t, 0, HOST), repeats))
+        sizes.append(4.0 * n)
+    bc_lat, bc_byte = _fit(sizes, times)
     sizes, times, cpu = [], [], []
     for n in (1, 1024, 16384, 131072):
         parts = [torch.zeros(n, dtype=torch.int64) for _ in range(p)]
@@ -80,10 +88,11 @@ def collectives_rank(ctx: Any, repeats: int) -> dict[str, float]:
     spin_wall, spin_cpu = _spin()
     shares = [torch.zeros(1) for _ in range(p)]
     all_gather(shares, torch.tensor([spin_cpu / max(spin_wall, 1e-9)]), HOST)
-    figures = torch.tensor([ar_lat, ar_byte, lat, per_byte, cpu[0]])
+    figures = torch.tensor([ar_lat, ar_byte, lat, per_byte, cpu[0], bc_lat, bc_byte])
     all_reduce(figures, HOST, op=dist.ReduceOp.MAX)
     return {"allreduce_latency": float(figures[0]), "allreduce_byte": float(figures[1]),
             "latency": float(figures[2]), "byte": float(figures[3]), "latency_cpu": float(figures[4]),
+            "broadcast_latency": float(figures[5]), "broadcast_byte": float(figures[6]),
             "cores": float(min(p, sum(float(s) for s in shares)))}
 
 
