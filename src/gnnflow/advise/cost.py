@@ -106,15 +106,19 @@ class Rank:
     def work(self, stage: str, seconds: float) -> None:
         self.cpu[stage] = self.cpu.get(stage, 0.0) + seconds * EFFICIENCY.get(stage, 1.0)
 
-    def exchange(self, stage: str, collectives: float, nbytes: float = 0.0, waits: bool = True) -> None:
+    def exchange(self, stage: str, collectives: float, nbytes: float = 0.0, waits: bool = True,
+                 kind: str = "") -> None:
         """``collectives`` lock-step exchanges moving ``nbytes``: their CPU, and their latency as a
-        wait when they run on the training thread (``waits``)."""
+        wait when they run on the training thread (``waits``).  ``kind="broadcast"``: broadcasts,
+        at the calibrated broadcast's seconds per byte and latency (all-to-all's where the
+        calibration has none)."""
         if self.st.workers <= 1:
             return
+        pre = f"{kind}_" if kind and f"{kind}_byte" in self.net else ""
         self.cpu[stage] = self.cpu.get(stage, 0.0) + collectives * self.net.get("latency_cpu", 0.0) \
-            + nbytes * self.net["byte"]
+            + nbytes * self.net[pre + "byte"]
         if waits:
-            self.wait[stage] = self.wait.get(stage, 0.0) + collectives * self.net["latency"]
+            self.wait[stage] = self.wait.get(stage, 0.0) + collectives * self.net[pre + "latency"]
 
     def allreduce(self, iterations: int, params: int) -> None:
         if self.st.workers <= 1:
@@ -142,9 +146,14 @@ def sample_hops(cal: Calibration, layers: list[tuple[float, float, float]], num_
     return total
 
 
-def gather_s(cal: Calibration, rows: float, dim: int, calls: float = 1.0) -> float:
+def gather_s(cal: Calibration, rows: float, dim: int, calls: float = 1.0, path: str = "") -> float:
+    """Seconds of reading ``rows`` rows ``dim`` floats wide in ``calls`` calls: by ``np.take``
+    (``path=""``, what an owner serves), by :meth:`FeatureStore.fetch` (``"store"``) or by fancy
+    indexing of the memory map (``"index"``); a calibration without the path's figures gives
+    ``np.take``'s."""
     g = cal.gather
-    return calls * g["call"] + rows * (g["row"] + g["byte"] * 4.0 * dim)
+    pre = f"{path}_" if path and f"{path}_row" in g else ""
+    return calls * g[pre + "call"] + rows * (g[pre + "row"] + g[pre + "byte"] * 4.0 * dim)
 
 
 def fb_s(cal: Calibration, st: Setting, layers: list[tuple[float, float, float]], in_dim: int | None = None) -> float:
@@ -168,10 +177,15 @@ def share(cal: Calibration, st: Setting) -> float:
 def finish(cal: Calibration, st: Setting, ranks: list[Rank]) -> Prediction:
     """The epoch from the ranks' CPU seconds and waits (see the module docstring)."""
     f = share(cal, st)
-    per_rank = []
+    per_rank, totals = [], []
     for r in ranks:
-        per_rank.append({k: r.cpu.get(k, 0.0) / f + r.wait.get(k, 0.0) for k in set(r.cpu) | set(r.wait)})
-    totals = [sum(x.values()) for x in per_rank]
+        cpu, wait = sum(r.cpu.values()), sum(r.wait.values())
+        # a rank that waits leaves its core to the others: with more busy ranks than cores
+        # (f < 1) a wait costs only what the ranks' CPU seconds do not already fill
+        hidden = min(wait, cpu / f - cpu)
+        keep = (wait - hidden) / wait if wait > 0 else 0.0
+        per_rank.append({k: r.cpu.get(k, 0.0) / f + keep * r.wait.get(k, 0.0) for k in set(r.cpu) | set(r.wait)})
+        totals.append(cpu / f + wait - hidden)
     slow = int(np.argmax(totals))
     stages = {k: float(v) for k, v in sorted(per_rank[slow].items()) if v > 0}
     return Prediction(epoch_s=float(totals[slow]), stages=stages, per_rank_s=[float(t) for t in totals],
@@ -206,7 +220,7 @@ def predict_single(cal: Calibration, st: Setting, works: list[RankWork]) -> Pred
     r.work("forward_backward", it * fb_s(cal, st, layers) / cal.threads)
     if not cfg.options.full_batch:
         r.work("sample", it * sample_hops(cal, layers, st.num_nodes))
-        r.work("load", gather_s(cal, w.count("features_loaded"), st.feature_dim, it))
+        r.work("load", gather_s(cal, w.count("features_loaded"), st.feature_dim, it, "index"))
     r.step(it, params, "single")
     return finish(cal, st, [r])
 
@@ -222,7 +236,8 @@ def predict_data(cal: Calibration, st: Setting, works: list[RankWork]) -> Predic
     for w in works:
         it, layers, r = sampling_rank(cal, st, w, inline)
         remote = w.count("remote_features")
-        r.work("load", gather_s(cal, w.count("local_rows") + w.count("served_rows"), st.feature_dim, it)
+        r.work("load", gather_s(cal, w.count("local_rows"), st.feature_dim, it, "store")
+               + gather_s(cal, w.count("served_rows"), st.feature_dim, 0)
                + (w.count("cache_hits") + remote) * f_bytes * cal.gather["scatter"])
         coll = 3 * it * (2 if cfg.graph_degrees else 1)  # whole-graph degrees come the same way
         r.exchange("load", coll, (remote + w.count("served_rows")) * (ID_BYTES + f_bytes), inline)
@@ -256,7 +271,7 @@ def predict_p3(cal: Calibration, st: Setting, works: list[RankWork]) -> Predicti
     for w in works:
         it, layers, r = sampling_rank(cal, st, w, inline)
         r.exchange("sample", 3 * it, ID_BYTES * w.count("structure_ids"), inline)
-        r.work("load", gather_s(cal, w.count("column_rows"), cols, it))
+        r.work("load", gather_s(cal, w.count("column_rows"), cols, it, "index"))
         first = (w.per_iteration("first_layer_dst"), w.per_iteration("first_layer_src"),
                  w.per_iteration("first_layer_edges"))
         rest = fb_s(cal, st, layers) - _first_layer_s(cal, st, layers[0], st.feature_dim)
@@ -280,7 +295,7 @@ def predict_split(cal: Calibration, st: Setting, works: list[RankWork]) -> Predi
         nl = len(layers)
         r.work("sample", it * sample_hops(cal, layers, st.num_nodes))
         r.exchange("sample", 2 * nl * it, ID_BYTES * (w.count("remote_seeds") + w.count("served_seeds")), inline)
-        r.work("load", gather_s(cal, w.count("local_rows"), st.feature_dim, it))
+        r.work("load", gather_s(cal, w.count("local_rows"), st.feature_dim, it, "index"))
         r.work("forward_backward", it * fb_s(cal, st, layers))
         r.exchange("comm", 2 * 2 * nl * it, 4.0 * (w.count("shuffle_floats") + w.count("shuffle_sent_floats")) * 2)
         r.allreduce(it, params)
@@ -312,11 +327,13 @@ def predict_hec(cal: Calibration, st: Setting, works: list[RankWork]) -> Predict
         kept = [(dst, src - w.per_iteration(f"halo_src_l{i}") * (1 - h),
                  edges - w.per_iteration(f"halo_edges_l{i}") * (1 - h)) for i, (dst, src, edges) in enumerate(layers)]
         r.work("sample", it * sample_hops(cal, layers, st.num_nodes))
-        r.work("load", gather_s(cal, w.count("local_rows"), st.feature_dim, it))
+        r.work("load", gather_s(cal, w.count("local_rows"), st.feature_dim, it, "index"))
         r.work("forward_backward", it * fb_s(cal, st, kept) + w.count("halo_sources") * cal.gather["row"])
         if cfg.options.cache_lines != 0:
             nbytes = 4.0 * (w.count("push_floats") + w.count("push_floats_sent")) + 2 * ID_BYTES * w.count("push_rows")
-            r.exchange("comm", 3 * len(layers) * it, nbytes)
+            # the push is started and waited for d iterations later (start_alltoallv): its CPU
+            # counts, its latency is not the training thread's
+            r.exchange("comm", 3 * len(layers) * it, nbytes, waits=False)
         r.allreduce(it, params)
         r.step(it, params, "hec")
         ranks.append(r)
@@ -372,7 +389,7 @@ def predict_fullbatch(cal: Calibration, st: Setting, works: list[RankWork]) -> P
             passes = 1 if i == 0 else 2  # the first layer's backward needs no SpMM
             r.work("forward_backward", passes * nnz * width / cal.spmm + 3 * n * d_in * d_out / cal.gemm
                    + 2 * coef[0] + coef[4] * 2 * n * (d_in + d_out))
-            r.exchange("comm", passes * (p - 1), passes * 4.0 * width * w.count("broadcast_rows"))
+            r.exchange("comm", passes * (p - 1), passes * 4.0 * width * w.count("broadcast_rows"), kind="broadcast")
         r.allreduce(1, params)
         r.step(1, params, "fullbatch")
         ranks.append(r)
