@@ -10,7 +10,8 @@ much of the host's cores a job's ranks actually get is measured separately (``co
   the bitmap is used, :class:`gnnflow.sampling.neighbor.Relabeler`);
 * ``gather`` — rows of a memory-mapped ``float32`` feature file gathered as the feature store does
   (``np.take`` into a buffer): ``call + row x rows + byte x bytes``; ``scatter``: placing rows
-  into a batch (``index_copy_``) per byte;
+  into a batch (``index_copy_``) per byte; ``store_*`` and ``index_*``: the same fit of the load
+  stages' own row paths (:meth:`FeatureStore.fetch`; a fancy-indexed read of the memory map);
 * ``layers`` — per model (sage, gcn, gat) forward and backward of the real model
   (:func:`gnnflow.nn.build_model_from_config`) with cross-entropy, on sampled blocks of many sizes
   and widths, fitted (non-negative least squares) on the work terms of

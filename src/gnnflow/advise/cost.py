@@ -19,9 +19,10 @@ stage names:
 
 The rank's wall time is its CPU seconds over the share of a core it gets (``cores`` of the
 calibration: P busy ranks on this host get that many cores together, so one gets
-``min(1, cores / P)``), plus the waits that are not CPU: the latency of every lock-step collective
-on the training thread (with the pipeline on, the sample and load exchanges run in background
-threads and only the all-reduce waits).  The epoch is the slowest rank's time.  A single process
+``min(1, cores / P)``), or its CPU seconds plus the waits that are not CPU (the latency of every
+lock-step collective on the training thread; with the pipeline on, the sample and load exchanges
+run in background threads and only the all-reduce waits), whichever is longer: with more busy
+ranks than cores a waiting rank's core runs the others.  The epoch is the slowest rank's time.  A single process
 computes forward/backward with every core's thread (``threads`` of the calibration).
 
 Full-batch strategies have one iteration: per layer P broadcast rounds (MG-GCN) or one halo
