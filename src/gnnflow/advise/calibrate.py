@@ -20,7 +20,7 @@ much of the host's cores a job's ranks actually get is measured separately (``co
 * ``gemm`` (multiply-adds/s), ``spmm`` (non-zeros x width/s, the full-batch strategy's CSR tile
   kernel) — raw rates, the full-batch strategy's hand-written layers use them;
 * ``op`` — seconds of one small torch operation called from Python (the unit of per-iteration
-  glue in :mod:`gnnflow.advise.cost`);
+  glue; not read by the cost model now);
 * ``threads`` — wall-time speed-up of forward/backward with all cores' threads over one (what a
   single-process run, which keeps every core's thread, gains);
 * ``collectives`` (:mod:`gnnflow.advise.collectives`) — per rank count P: gloo all-reduce and
@@ -74,6 +74,9 @@ class Calibration:
     threads: float = 1.0
     collectives: dict[str, dict[str, float]] = field(default_factory=dict)
     dgl: dict[str, float] = field(default_factory=dict)
+    #: forward/backward seconds timed at a run's own block shapes (:mod:`gnnflow.advise.shapes`),
+    #: measured where the advice runs and kept in memory only (not written by :meth:`to_json`)
+    shapes: dict[str, float] = field(default_factory=dict)
 
     def layer_coefficients(self, model: str) -> np.ndarray:
         """The per-term seconds of ``model``'s layers (GraphSAGE's for models not calibrated)."""
@@ -103,7 +106,9 @@ class Calibration:
         return out
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self), indent=1, sort_keys=True)
+        data = asdict(self)
+        data.pop("shapes")
+        return json.dumps(data, indent=1, sort_keys=True)
 
 
 def refresh_host(cal: Calibration, workers: list[int]) -> None:

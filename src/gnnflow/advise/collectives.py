@@ -11,7 +11,14 @@ torch thread each where the cores are shared) and measure, on gloo:
   4 MiB), latency plus seconds per byte of the tensor (MG-GCN's row blocks);
 * ``cores``: the ranks run the same CPU-bound loop at once; each one's share is its CPU time over
   its wall time, and ``cores`` their sum: how many cores' worth P busy ranks get on this host now
-  (2 for 4 ranks on a quiet 2-core host; less while other jobs run).
+  (2 for 4 ranks on a quiet 2-core host; less while other jobs run);
+* ``rank_sample``, ``rank_load``, ``rank_forward_backward``: one thread's CPU seconds of fixed
+  pieces of an iteration (:func:`gnnflow.advise.shapes.rank_probe`) while the P ranks run them at
+  once, over the same in the calibrating process (at least 1): what a rank's process adds to every
+  CPU second the microbenchmarks measure.  A rank fixes glibc's mmap threshold
+  (:func:`gnnflow.runtime.processes.tune_allocator`), so its large buffers are mapped afresh, page
+  faults and all, every time; and P busy ranks share the caches and memory (about 2 for the
+  forward/backward here, of which the allocator is most).
 """
 
 from __future__ import annotations
@@ -21,6 +28,8 @@ from typing import Any
 
 import numpy as np
 import torch
+
+from gnnflow.advise.shapes import PROBED_STAGES, rank_probe
 
 
 def _fit(sizes: list[float], times: list[float]) -> tuple[float, float]:
@@ -88,12 +97,15 @@ def collectives_rank(ctx: Any, repeats: int) -> dict[str, float]:
     spin_wall, spin_cpu = _spin()
     shares = [torch.zeros(1) for _ in range(p)]
     all_gather(shares, torch.tensor([spin_cpu / max(spin_wall, 1e-9)]), HOST)
+    dist.barrier()
+    busy = torch.tensor([rank_probe()[k] for k in PROBED_STAGES])  # every rank at once, as a rank
+    all_reduce(busy, HOST)
     figures = torch.tensor([ar_lat, ar_byte, lat, per_byte, cpu[0], bc_lat, bc_byte])
     all_reduce(figures, HOST, op=dist.ReduceOp.MAX)
     return {"allreduce_latency": float(figures[0]), "allreduce_byte": float(figures[1]),
             "latency": float(figures[2]), "byte": float(figures[3]), "latency_cpu": float(figures[4]),
             "broadcast_latency": float(figures[5]), "broadcast_byte": float(figures[6]),
-            "cores": float(min(p, sum(float(s) for s in shares)))}
+            "cores": float(min(p, sum(float(s) for s in shares))), **{f"busy_{k}": float(v) / p for k, v in zip(PROBED_STAGES, busy, strict=True)}}
 
 
 def calibrate_collectives(workers: int, repeats: int = 15, timeout_s: float = 300.0) -> dict[str, float]:
@@ -104,7 +116,11 @@ def calibrate_collectives(workers: int, repeats: int = 15, timeout_s: float = 30
                 "cores": host_cores(1)}
     from gnnflow.runtime.launch import run_ranks
 
-    return run_ranks(collectives_rank, workers, repeats, timeout_s=timeout_s, threads_per_rank=rank_threads(workers))[0]
+    out = run_ranks(collectives_rank, workers, repeats, timeout_s=timeout_s, threads_per_rank=rank_threads(workers))[0]
+    alone = rank_probe()  # this process: the allocator and the host as the calibration's other figures
+    for k in PROBED_STAGES:
+        out[f"rank_{k}"] = float(max(1.0, out.pop(f"busy_{k}") / max(alone[k], 1e-9)))
+    return out
 
 
 def usable_cores() -> int:
