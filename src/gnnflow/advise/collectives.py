@@ -6,7 +6,9 @@ torch thread each where the cores are shared) and measure, on gloo:
 * ``allreduce_latency`` / ``allreduce_byte``: a float tensor's all-reduce, fitted as latency plus
   seconds per byte of the tensor (4 B, 64 KiB, 1 MiB, 4 MiB; medians of repeats);
 * ``latency`` / ``byte``: :func:`gnnflow.comm.collectives.alltoallv` of int64 ids, latency plus
-  seconds per byte a rank sends (8 B to 1 MiB per peer);
+  seconds per byte a rank sends (8 B to 1 MiB per peer); ``latency_cpu``: the calling
+  thread's CPU seconds of the smallest; ``byte_cpu``: the process's CPU seconds per byte (the
+  copies and gloo's I/O thread; the rest of the wall time is waiting);
 * ``broadcast_latency`` / ``broadcast_byte``: a float tensor's broadcast from rank 0 (4 B to
   4 MiB), latency plus seconds per byte of the tensor (MG-GCN's row blocks);
 * ``cores``: the ranks run the same CPU-bound loop at once; each one's share is its CPU time over
@@ -40,19 +42,23 @@ def _fit(sizes: list[float], times: list[float]) -> tuple[float, float]:
     return lat, max(float(coef[1]), 0.0)
 
 
-def _median_time(fn: Any, repeats: int, cpu: list[float] | None = None) -> float:
+def _median_time(fn: Any, repeats: int, cpu: list[float] | None = None,
+                 process: list[float] | None = None) -> float:
     """Median wall seconds of ``fn`` (a collective) after a barrier; ``cpu`` gets the median CPU
-    seconds of this thread in it."""
+    seconds of this thread in it, ``process`` those of the process (gloo's I/O thread too)."""
     import torch.distributed as dist
 
     fn()
-    out, used = [], []
+    out, used, whole = [], [], []
     for _ in range(repeats):
         dist.barrier()
-        t, c = time.perf_counter(), time.thread_time()
+        t, c, pc = time.perf_counter(), time.thread_time(), time.process_time()
         fn()
         out.append(time.perf_counter() - t)
         used.append(time.thread_time() - c)
+        whole.append(time.process_time() - pc)
+    if process is not None:
+        process.append(float(np.median(whole)))
     if cpu is not None:
         cpu.append(float(np.median(used)))
     return float(np.median(out))
@@ -87,12 +93,14 @@ def collectives_rank(ctx: Any, repeats: int) -> dict[str, float]:
         times.append(_median_time(lambda t=t: broadcast(t, 0, HOST), repeats))
         sizes.append(4.0 * n)
     bc_lat, bc_byte = _fit(sizes, times)
-    sizes, times, cpu = [], [], []
+    sizes, times, cpu, whole = [], [], [], []
     for n in (1, 1024, 16384, 131072):
         parts = [torch.zeros(n, dtype=torch.int64) for _ in range(p)]
-        times.append(_median_time(lambda parts=parts, n=n: alltoallv(parts, None, [n] * p, kind=HOST), repeats, cpu))
+        times.append(_median_time(lambda parts=parts, n=n: alltoallv(parts, None, [n] * p, kind=HOST), repeats, cpu,
+                                  whole))
         sizes.append(8.0 * n * (p - 1))
     lat, per_byte = _fit(sizes, times)
+    byte_cpu = min(per_byte, _fit(sizes, whole)[1])  # the process's CPU per byte (copies, gloo's I/O)
     dist.barrier()
     spin_wall, spin_cpu = _spin()
     shares = [torch.zeros(1) for _ in range(p)]
@@ -100,11 +108,11 @@ def collectives_rank(ctx: Any, repeats: int) -> dict[str, float]:
     dist.barrier()
     busy = torch.tensor([rank_probe()[k] for k in PROBED_STAGES])  # every rank at once, as a rank
     all_reduce(busy, HOST)
-    figures = torch.tensor([ar_lat, ar_byte, lat, per_byte, cpu[0], bc_lat, bc_byte])
+    figures = torch.tensor([ar_lat, ar_byte, lat, per_byte, cpu[0], bc_lat, bc_byte, byte_cpu])
     all_reduce(figures, HOST, op=dist.ReduceOp.MAX)
     return {"allreduce_latency": float(figures[0]), "allreduce_byte": float(figures[1]),
             "latency": float(figures[2]), "byte": float(figures[3]), "latency_cpu": float(figures[4]),
-            "broadcast_latency": float(figures[5]), "broadcast_byte": float(figures[6]),
+            "broadcast_latency": float(figures[5]), "broadcast_byte": float(figures[6]), "byte_cpu": float(figures[7]),
             "cores": float(min(p, sum(float(s) for s in shares))), **{f"busy_{k}": float(v) / p for k, v in zip(PROBED_STAGES, busy, strict=True)}}
 
 

@@ -114,17 +114,21 @@ class Rank:
 
     def exchange(self, stage: str, collectives: float, nbytes: float = 0.0, waits: bool = True,
                  kind: str = "") -> None:
-        """``collectives`` lock-step exchanges moving ``nbytes``: their CPU, and their latency as a
-        wait when they run on the training thread (``waits``).  ``kind="broadcast"``: broadcasts,
-        at the calibrated broadcast's seconds per byte and latency (all-to-all's where the
-        calibration has none)."""
+        """``collectives`` lock-step exchanges moving ``nbytes``: their CPU (the calling thread's
+        CPU per byte, ``byte_cpu``, where calibrated) and the rest of their wall time, latency and
+        the bytes' remainder, as a wait when they run on the training thread (``waits``).
+        ``kind="broadcast"``: broadcasts, at the calibrated broadcast's seconds per byte and
+        latency (all-to-all's where the calibration has none)."""
         if self.st.workers <= 1:
             return
         pre = f"{kind}_" if kind and f"{kind}_byte" in self.net else ""
+        per_byte = self.net[pre + "byte"]
+        cpu_byte = min(per_byte, self.net.get(pre + "byte_cpu", per_byte))
         self.cpu[stage] = self.cpu.get(stage, 0.0) + collectives * self.net.get("latency_cpu", 0.0) \
-            + nbytes * self.net[pre + "byte"]
+            + nbytes * cpu_byte
         if waits:
-            self.wait[stage] = self.wait.get(stage, 0.0) + collectives * self.net[pre + "latency"]
+            self.wait[stage] = self.wait.get(stage, 0.0) + collectives * self.net[pre + "latency"] \
+                + nbytes * (per_byte - cpu_byte)
 
     def allreduce(self, iterations: int, params: int) -> None:
         if self.st.workers <= 1:

@@ -74,9 +74,10 @@ def synthetic_blocks(dims: tuple[tuple[int, int, int], ...], seed: int = 0) -> l
     return out
 
 
-def time_shape(key: tuple, cfg: Any, repeats: int = 3) -> float:
-    """Median CPU seconds of one thread of forward + summed cross-entropy + backward of ``cfg``'s
-    model on fresh blocks of ``key``'s shape (one warm-up call)."""
+def time_shape(key: tuple, cfg: Any, repeats: int = 5) -> float:
+    """The least CPU seconds of one thread, over ``repeats`` calls after a warm-up, of forward +
+    summed cross-entropy + backward of ``cfg``'s model on fresh blocks of ``key``'s shape (the
+    least: other processes on the host only add to it; what P ranks add is ``rank_<stage>``)."""
     import torch.nn.functional as F
 
     from gnnflow.nn import build_model_from_config
@@ -102,7 +103,7 @@ def time_shape(key: tuple, cfg: Any, repeats: int = 3) -> float:
                 times.append(time.thread_time() - t)
     finally:
         torch.set_num_threads(before)
-    return float(np.median(times))
+    return float(min(times))
 
 
 def timed_fb(cal: Any, cfg: Any, model_key: str, layers: list[tuple[float, float, float]], in_dim: int,

@@ -1,7 +1,7 @@
-"""The cost model's forward/backward timed at the blocks' own shape and the rank probe's factors
-(``gnnflow.advise.shapes``; issue 35.1): the synthetic blocks have the counted shape, the timing
-is kept on the calibration but not in its file, a rank's CPU is the microbenchmarks' times its
-measured factor."""
+"""The cost model's newer terms (issue 35.1): forward/backward timed at the blocks' own shape
+(``gnnflow.advise.shapes``: the synthetic blocks have the counted shape, the timing is kept on the
+calibration but not in its file), a rank's CPU as the microbenchmarks' times its measured factor,
+an exchange's bytes as CPU at ``byte_cpu`` and a wait for the rest."""
 
 from __future__ import annotations
 
@@ -72,3 +72,23 @@ def test_rank_probe_times_every_probed_stage():
 
     got = rank_probe(seconds=0.05)
     assert set(got) == set(PROBED_STAGES) and all(v > 0 for v in got.values())
+
+
+def test_an_exchange_s_bytes_cost_cpu_at_byte_cpu_and_wait_for_the_rest():
+    """With ``byte_cpu`` calibrated the bytes cost the process that much CPU and the rest of their
+    wall time is a wait (on the training thread); without it all of ``byte`` is CPU."""
+    from gnnflow.advise.cost import Rank, Setting
+
+    net = {"latency": 1e-3, "latency_cpu": 1e-4, "byte": 4e-9, "byte_cpu": 1e-9, "cores": 2.0}
+    cal = Calibration(collectives={"2": net})
+    st = Setting(cfg=TrainConfig(graph="-", strategy="split"), feature_dim=8, num_classes=4, num_nodes=10, workers=2)
+    r = Rank(cal, st)
+    r.exchange("comm", 2, 1e6)
+    assert r.cpu["comm"] == pytest.approx(2e-4 + 1e-3) and r.wait["comm"] == pytest.approx(2e-3 + 3e-3)
+    r = Rank(cal, st)
+    r.exchange("sample", 2, 1e6, waits=False)
+    assert r.cpu["sample"] == pytest.approx(2e-4 + 1e-3) and "sample" not in r.wait
+    del net["byte_cpu"]
+    r = Rank(cal, st)
+    r.exchange("comm", 2, 1e6)
+    assert r.cpu["comm"] == pytest.approx(2e-4 + 4e-3) and r.wait["comm"] == pytest.approx(2e-3)
