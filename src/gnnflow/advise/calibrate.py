@@ -1,8 +1,10 @@
 """This machine's rates, measured once by short microbenchmarks (``gnnflow advise --calibrate``).
 
 Every rate is measured on the code the strategies run, in CPU seconds of one thread (the thread's
-own clock, :func:`time.thread_time`), so a rate does not depend on what else the host runs; how
-much of the host's cores a job's ranks actually get is measured separately (``cores``, below):
+own clock, :func:`time.thread_time`), so other work on the host changes a rate less than a wall
+time (caches and memory shared with other processes still raise it); how much of the host's cores
+a job's ranks actually get is measured separately (``cores``, below), and what a rank's process
+adds to a rate (``rank_<stage>``) too:
 
 * ``sampler`` — :class:`gnnflow.sampling.NeighborSampler` hops on a synthetic power-law graph,
   fitted as ``hop + row x destinations + edge x sampled edges`` seconds per hop, and ``scan``, the
@@ -15,7 +17,9 @@ much of the host's cores a job's ranks actually get is measured separately (``co
 * ``layers`` — per model (sage, gcn, gat) forward and backward of the real model
   (:func:`gnnflow.nn.build_model_from_config`) with cross-entropy, on sampled blocks of many sizes
   and widths, fitted (non-negative least squares) on the work terms of
-  :mod:`gnnflow.advise.features`; ``fit_error`` is the median relative error of the fit;
+  :mod:`gnnflow.advise.features`; ``fit_error`` is the median relative error of the fit (the cost
+  model times mini-batch shapes instead, :mod:`gnnflow.advise.shapes`, and reads the fit where it
+  does not);
 * ``step`` — Adam steps on models of several sizes: ``call + param x weights``;
 * ``gemm`` (multiply-adds/s), ``spmm`` (non-zeros x width/s, the full-batch strategy's CSR tile
   kernel) — raw rates, the full-batch strategy's hand-written layers use them;
