@@ -183,6 +183,38 @@ def test_cost_model_reads_the_rates(graph_book):
     assert share(cal, st) == pytest.approx(0.5)
 
 
+def test_waits_fill_only_idle_cores_and_paths_read_their_rates():
+    """A rank's waits add to its epoch only where the busy ranks' CPU leaves cores idle (one
+    rank a core: all of it; four ranks on two cores: only beyond the time-shared CPU); the load
+    paths and broadcasts read their own rates, np.take's and all-to-all's where absent."""
+    from gnnflow.advise.cost import Rank, Setting, finish, gather_s
+
+    cal = Calibration(**json.loads(json.dumps(RATES)))
+    cfg = TrainConfig(graph="-", strategy="data")
+
+    def epoch(workers: int, cpu: float, wait: float) -> float:
+        st = Setting(cfg=cfg, feature_dim=16, num_classes=8, num_nodes=100, workers=workers)
+        r = Rank(cal, st)
+        r.work("forward_backward", cpu)
+        r.wait["comm"] = wait
+        return finish(cal, st, [r]).epoch_s
+
+    assert epoch(2, 1.0, 0.5) == pytest.approx(1.5)  # share 1: the wait is idle time
+    assert epoch(4, 1.0, 0.5) == pytest.approx(2.0)  # share 1/2: the other ranks fill the wait
+    assert epoch(4, 1.0, 1.5) == pytest.approx(2.5)
+    assert gather_s(cal, 100, 16, 1, "store") == gather_s(cal, 100, 16, 1)
+    cal.gather.update({"store_call": 0.0, "store_row": 1e-6, "store_byte": 0.0})
+    assert gather_s(cal, 100, 16, 1, "store") == pytest.approx(1e-4)
+    st = Setting(cfg=cfg, feature_dim=16, num_classes=8, num_nodes=100, workers=2)
+    r = Rank(cal, st)
+    r.exchange("comm", 1, 1000.0, kind="broadcast")
+    assert r.cpu["comm"] == pytest.approx(1e-4 + 1000 * 2e-9)
+    cal.collectives["2"].update({"broadcast_latency": 1e-4, "broadcast_byte": 1e-10})
+    r = Rank(cal, st)
+    r.exchange("comm", 1, 1000.0, kind="broadcast")
+    assert r.cpu["comm"] == pytest.approx(1e-4 + 1000 * 1e-10) and r.wait["comm"] == pytest.approx(1e-4)
+
+
 def test_calibration_file_errors_name_the_file(tmp_path):
     with pytest.raises(ConfigError, match="no such file"):
         read_calibration(tmp_path / "none.json")
@@ -209,6 +241,13 @@ def test_calibration_pieces_are_fast_and_positive():
     assert s["edge"] > 0 and s["hop"] >= 0
     assert calibrate_step()["param"] > 0
     assert 0 < host_cores(1) <= 1.0
+    import numpy as np
+
+    from gnnflow.advise.calibrate import _row_paths
+
+    table = np.random.default_rng(0).standard_normal((4000, 8), dtype=np.float32)
+    fetch, index = _row_paths(table, np.random.default_rng(1), 256)  # the load stages' own code
+    assert fetch > 0 and index > 0
 
 
 # ------------------------------------------------------------------------------------------ bench

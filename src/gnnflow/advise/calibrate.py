@@ -1,8 +1,10 @@
 """This machine's rates, measured once by short microbenchmarks (``gnnflow advise --calibrate``).
 
 Every rate is measured on the code the strategies run, in CPU seconds of one thread (the thread's
-own clock, :func:`time.thread_time`), so a rate does not depend on what else the host runs; how
-much of the host's cores a job's ranks actually get is measured separately (``cores``, below):
+own clock, :func:`time.thread_time`), so other work on the host changes a rate less than a wall
+time (caches and memory shared with other processes still raise it); how much of the host's cores
+a job's ranks actually get is measured separately (``cores``, below), and what a rank's process
+adds to a rate (``rank_<stage>``) too:
 
 * ``sampler`` — :class:`gnnflow.sampling.NeighborSampler` hops on a synthetic power-law graph,
   fitted as ``hop + row x destinations + edge x sampled edges`` seconds per hop, and ``scan``, the
@@ -10,16 +12,19 @@ much of the host's cores a job's ranks actually get is measured separately (``co
   the bitmap is used, :class:`gnnflow.sampling.neighbor.Relabeler`);
 * ``gather`` — rows of a memory-mapped ``float32`` feature file gathered as the feature store does
   (``np.take`` into a buffer): ``call + row x rows + byte x bytes``; ``scatter``: placing rows
-  into a batch (``index_copy_``) per byte;
+  into a batch (``index_copy_``) per byte; ``store_*`` and ``index_*``: the same fit of the load
+  stages' own row paths (:meth:`FeatureStore.fetch`; a fancy-indexed read of the memory map);
 * ``layers`` — per model (sage, gcn, gat) forward and backward of the real model
   (:func:`gnnflow.nn.build_model_from_config`) with cross-entropy, on sampled blocks of many sizes
   and widths, fitted (non-negative least squares) on the work terms of
-  :mod:`gnnflow.advise.features`; ``fit_error`` is the median relative error of the fit;
+  :mod:`gnnflow.advise.features`; ``fit_error`` is the median relative error of the fit (the cost
+  model times mini-batch shapes instead, :mod:`gnnflow.advise.shapes`, and reads the fit where it
+  does not);
 * ``step`` — Adam steps on models of several sizes: ``call + param x weights``;
 * ``gemm`` (multiply-adds/s), ``spmm`` (non-zeros x width/s, the full-batch strategy's CSR tile
   kernel) — raw rates, the full-batch strategy's hand-written layers use them;
 * ``op`` — seconds of one small torch operation called from Python (the unit of per-iteration
-  glue in :mod:`gnnflow.advise.cost`);
+  glue; not read by the cost model now);
 * ``threads`` — wall-time speed-up of forward/backward with all cores' threads over one (what a
   single-process run, which keeps every core's thread, gains);
 * ``collectives`` (:mod:`gnnflow.advise.collectives`) — per rank count P: gloo all-reduce and
@@ -73,6 +78,9 @@ class Calibration:
     threads: float = 1.0
     collectives: dict[str, dict[str, float]] = field(default_factory=dict)
     dgl: dict[str, float] = field(default_factory=dict)
+    #: forward/backward seconds timed at a run's own block shapes (:mod:`gnnflow.advise.shapes`),
+    #: measured where the advice runs and kept in memory only (not written by :meth:`to_json`)
+    shapes: dict[str, float] = field(default_factory=dict)
 
     def layer_coefficients(self, model: str) -> np.ndarray:
         """The per-term seconds of ``model``'s layers (GraphSAGE's for models not calibrated)."""
@@ -93,15 +101,18 @@ class Calibration:
         near = min(have, key=lambda k: abs(math.log2(max(k, 1)) - math.log2(max(workers, 1))))
         out = dict(self.collectives[str(near)])
         scale = max(1.0, math.log2(max(workers, 2))) / max(1.0, math.log2(max(near, 2)))
-        for k in ("latency", "allreduce_latency"):
-            out[k] = out[k] * scale
+        for k in ("latency", "allreduce_latency", "broadcast_latency"):
+            if k in out:
+                out[k] = out[k] * scale
         from gnnflow.advise.collectives import usable_cores
 
         out["cores"] = float(min(workers, usable_cores())) * out.get("cores", 1.0) / max(1.0, min(near, usable_cores()))
         return out
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self), indent=1, sort_keys=True)
+        data = asdict(self)
+        data.pop("shapes")
+        return json.dumps(data, indent=1, sort_keys=True)
 
 
 def refresh_host(cal: Calibration, workers: list[int]) -> None:
@@ -216,10 +227,35 @@ def calibrate_sampler(indptr: np.ndarray, indices: np.ndarray) -> dict[str, floa
             "fit_error": float(np.median(relative_errors(x, y, coef)))}
 
 
+def _row_paths(table: np.ndarray, rng: np.random.Generator, count: int) -> tuple[float, float]:
+    """CPU seconds of ``count`` random rows read by the two paths the strategies' load stages run:
+    :meth:`FeatureStore.fetch` of one rank whose part owns a random half of the vertices (owner
+    lookup, global-to-local ``searchsorted``, gather), and a fancy-indexed read of the memory map
+    in batch order (``features[ids]``: single, split, P3, HEC)."""
+    import types
+
+    from gnnflow.partition.book import _sorted_lookup
+    from gnnflow.strategies.minibatch.feature_store import FeatureStore
+
+    n = table.shape[0]
+    inner = np.sort(rng.choice(2 * n, size=n, replace=False))
+    halo = np.zeros(0, dtype=np.int64)
+    part = types.SimpleNamespace(part_id=0, num_inner=n, features=table,
+                                 global_to_local=lambda ids: _sorted_lookup(np.asarray(ids, np.int64), inner, halo))
+    store = FeatureStore(part, np.zeros(2 * n, dtype=np.int8))
+    ids = torch.from_numpy(rng.choice(inner, size=count, replace=False))
+    pos = rng.choice(n, size=count, replace=False)
+    fetch = cpu_time(lambda: store.fetch(ids), 5)
+    index = cpu_time(lambda: torch.from_numpy(np.asarray(table[pos], dtype=np.float32)), 5)
+    return fetch, index
+
+
 def calibrate_gather() -> dict[str, float]:
-    """A memory-mapped feature file's random row gathers, and the batch scatter."""
+    """A memory-mapped feature file's random row gathers (``np.take``, what an owner serves), the
+    load stages' own row paths (``store_*``, ``index_*``: :func:`_row_paths`), and the batch
+    scatter."""
     rng = np.random.default_rng(2)
-    rows_x, ys = [], []
+    rows_x, ys, store_y, index_y = [], [], [], []
     with tempfile.TemporaryDirectory(prefix="gnnflow-cal-") as tmp:
         for dim in (16, 128):
             n = 200_000
@@ -233,15 +269,22 @@ def calibrate_gather() -> dict[str, float]:
                 t = cpu_time(lambda pos=pos, out=out, table=table: np.take(table, pos, axis=0, out=out, mode="clip"))
                 rows_x.append([1.0, count, 4.0 * count * dim])
                 ys.append(max(t, 1e-7))
+                fetch, index = _row_paths(table, rng, count)
+                store_y.append(max(fetch, 1e-7))
+                index_y.append(max(index, 1e-7))
             del table
     x, y = np.array(rows_x), np.array(ys)
+    paths = {}
+    for name, py in (("store", np.array(store_y)), ("index", np.array(index_y))):
+        c = nnls(x, py)
+        paths.update({f"{name}_call": float(c[0]), f"{name}_row": float(c[1]), f"{name}_byte": float(c[2])})
     coef = nnls(x, y)
     src = torch.randn(65536, 64)
     dst = torch.empty(65536, 64)
     idx = torch.from_numpy(rng.permutation(65536))
     scatter = cpu_time(lambda: dst.index_copy_(0, idx, src)) / (65536 * 64 * 4)
     return {"call": float(coef[0]), "row": float(coef[1]), "byte": float(coef[2]), "scatter": float(scatter),
-            "fit_error": float(np.median(relative_errors(x, y, coef)))}
+            "fit_error": float(np.median(relative_errors(x, y, coef))), **paths}
 
 
 def _blocks(indptr: np.ndarray, indices: np.ndarray, fanouts: list[int], batch: int, seed: int) -> list[Any]:

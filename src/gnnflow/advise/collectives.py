@@ -6,10 +6,21 @@ torch thread each where the cores are shared) and measure, on gloo:
 * ``allreduce_latency`` / ``allreduce_byte``: a float tensor's all-reduce, fitted as latency plus
   seconds per byte of the tensor (4 B, 64 KiB, 1 MiB, 4 MiB; medians of repeats);
 * ``latency`` / ``byte``: :func:`gnnflow.comm.collectives.alltoallv` of int64 ids, latency plus
-  seconds per byte a rank sends (8 B to 1 MiB per peer);
+  seconds per byte a rank sends (8 B to 1 MiB per peer); ``latency_cpu``: the calling
+  thread's CPU seconds of the smallest; ``byte_cpu``: the process's CPU seconds per byte (the
+  copies and gloo's I/O thread; the rest of the wall time is waiting);
+* ``broadcast_latency`` / ``broadcast_byte``: a float tensor's broadcast from rank 0 (4 B to
+  4 MiB), latency plus seconds per byte of the tensor (MG-GCN's row blocks);
 * ``cores``: the ranks run the same CPU-bound loop at once; each one's share is its CPU time over
   its wall time, and ``cores`` their sum: how many cores' worth P busy ranks get on this host now
-  (2 for 4 ranks on a quiet 2-core host; less while other jobs run).
+  (2 for 4 ranks on a quiet 2-core host; less while other jobs run);
+* ``rank_sample``, ``rank_load``, ``rank_forward_backward``: one thread's CPU seconds of fixed
+  pieces of an iteration (:func:`gnnflow.advise.shapes.rank_probe`) while the P ranks run them at
+  once, over the same in the calibrating process (at least 1): what a rank's process adds to every
+  CPU second the microbenchmarks measure.  A rank fixes glibc's mmap threshold
+  (:func:`gnnflow.runtime.processes.tune_allocator`), so its large buffers are mapped afresh, page
+  faults and all, every time; and P busy ranks share the caches and memory (about 2 for the
+  forward/backward here, of which the allocator is most).
 """
 
 from __future__ import annotations
@@ -20,6 +31,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from gnnflow.advise.shapes import PROBED_STAGES, rank_probe
+
 
 def _fit(sizes: list[float], times: list[float]) -> tuple[float, float]:
     """(latency, seconds per byte) of ``t = latency + size x per_byte`` (least squares, >= 0)."""
@@ -29,19 +42,23 @@ def _fit(sizes: list[float], times: list[float]) -> tuple[float, float]:
     return lat, max(float(coef[1]), 0.0)
 
 
-def _median_time(fn: Any, repeats: int, cpu: list[float] | None = None) -> float:
+def _median_time(fn: Any, repeats: int, cpu: list[float] | None = None,
+                 process: list[float] | None = None) -> float:
     """Median wall seconds of ``fn`` (a collective) after a barrier; ``cpu`` gets the median CPU
-    seconds of this thread in it."""
+    seconds of this thread in it, ``process`` those of the process (gloo's I/O thread too)."""
     import torch.distributed as dist
 
     fn()
-    out, used = [], []
+    out, used, whole = [], [], []
     for _ in range(repeats):
         dist.barrier()
-        t, c = time.perf_counter(), time.thread_time()
+        t, c, pc = time.perf_counter(), time.thread_time(), time.process_time()
         fn()
         out.append(time.perf_counter() - t)
         used.append(time.thread_time() - c)
+        whole.append(time.process_time() - pc)
+    if process is not None:
+        process.append(float(np.median(whole)))
     if cpu is not None:
         cpu.append(float(np.median(used)))
     return float(np.median(out))
@@ -60,7 +77,7 @@ def collectives_rank(ctx: Any, repeats: int) -> dict[str, float]:
     """One rank's part of :func:`calibrate_collectives` (module-level: the spawner imports it)."""
     import torch.distributed as dist
 
-    from gnnflow.comm.collectives import all_gather, all_reduce, alltoallv
+    from gnnflow.comm.collectives import all_gather, all_reduce, alltoallv, broadcast
     from gnnflow.runtime.devices import HOST
 
     p = ctx.world_size
@@ -70,21 +87,33 @@ def collectives_rank(ctx: Any, repeats: int) -> dict[str, float]:
         times.append(_median_time(lambda t=t: all_reduce(t, HOST), repeats))
         sizes.append(4.0 * n)
     ar_lat, ar_byte = _fit(sizes, times)
-    sizes, times, cpu = [], [], []
+    sizes, times = [], []
+    for n in (1, 16384, 262144, 1048576):  # MG-GCN's row blocks: a float tensor from one rank to all
+        t = torch.zeros(n)
+        times.append(_median_time(lambda t=t: broadcast(t, 0, HOST), repeats))
+        sizes.append(4.0 * n)
+    bc_lat, bc_byte = _fit(sizes, times)
+    sizes, times, cpu, whole = [], [], [], []
     for n in (1, 1024, 16384, 131072):
         parts = [torch.zeros(n, dtype=torch.int64) for _ in range(p)]
-        times.append(_median_time(lambda parts=parts, n=n: alltoallv(parts, None, [n] * p, kind=HOST), repeats, cpu))
+        times.append(_median_time(lambda parts=parts, n=n: alltoallv(parts, None, [n] * p, kind=HOST), repeats, cpu,
+                                  whole))
         sizes.append(8.0 * n * (p - 1))
     lat, per_byte = _fit(sizes, times)
+    byte_cpu = min(per_byte, _fit(sizes, whole)[1])  # the process's CPU per byte (copies, gloo's I/O)
     dist.barrier()
     spin_wall, spin_cpu = _spin()
     shares = [torch.zeros(1) for _ in range(p)]
     all_gather(shares, torch.tensor([spin_cpu / max(spin_wall, 1e-9)]), HOST)
-    figures = torch.tensor([ar_lat, ar_byte, lat, per_byte, cpu[0]])
+    dist.barrier()
+    busy = torch.tensor([rank_probe()[k] for k in PROBED_STAGES])  # every rank at once, as a rank
+    all_reduce(busy, HOST)
+    figures = torch.tensor([ar_lat, ar_byte, lat, per_byte, cpu[0], bc_lat, bc_byte, byte_cpu])
     all_reduce(figures, HOST, op=dist.ReduceOp.MAX)
     return {"allreduce_latency": float(figures[0]), "allreduce_byte": float(figures[1]),
             "latency": float(figures[2]), "byte": float(figures[3]), "latency_cpu": float(figures[4]),
-            "cores": float(min(p, sum(float(s) for s in shares)))}
+            "broadcast_latency": float(figures[5]), "broadcast_byte": float(figures[6]), "byte_cpu": float(figures[7]),
+            "cores": float(min(p, sum(float(s) for s in shares))), **{f"busy_{k}": float(v) / p for k, v in zip(PROBED_STAGES, busy, strict=True)}}
 
 
 def calibrate_collectives(workers: int, repeats: int = 15, timeout_s: float = 300.0) -> dict[str, float]:
@@ -95,7 +124,11 @@ def calibrate_collectives(workers: int, repeats: int = 15, timeout_s: float = 30
                 "cores": host_cores(1)}
     from gnnflow.runtime.launch import run_ranks
 
-    return run_ranks(collectives_rank, workers, repeats, timeout_s=timeout_s, threads_per_rank=rank_threads(workers))[0]
+    out = run_ranks(collectives_rank, workers, repeats, timeout_s=timeout_s, threads_per_rank=rank_threads(workers))[0]
+    alone = rank_probe()  # this process: the allocator and the host as the calibration's other figures
+    for k in PROBED_STAGES:
+        out[f"rank_{k}"] = float(max(1.0, out.pop(f"busy_{k}") / max(alone[k], 1e-9)))
+    return out
 
 
 def usable_cores() -> int:

@@ -9,19 +9,23 @@ stage names:
   peers' remote frontier vertices;
 * ``load`` — gathers of the rank's own input rows (and of the rows its peers ask it for), the copy
   of cache hits and received rows into the batch, the bytes of the exchange;
-* ``forward_backward`` — the model's work terms per iteration (:mod:`gnnflow.advise.features`)
-  times the calibrated per-term seconds; split parallelism's and P3's layer exchanges and HEC's
-  AEP push, bytes and latencies, go under ``comm``;
+* ``forward_backward`` — the model timed at the rank's own mean block shape
+  (:mod:`gnnflow.advise.shapes`; full-batch strategies: the calibrated per-term seconds of
+  :mod:`gnnflow.advise.features`, MG-GCN the raw GEMM and SpMM rates); split parallelism's and
+  P3's layer exchanges and HEC's AEP push, bytes and latencies, go under ``comm``;
 * ``allreduce`` — per iteration one gradient all-reduce: latency plus the weights' bytes;
-* ``step`` — Adam: per call plus per weight;
-* ``glue`` — per iteration a strategy's own Python work between the measured pieces (queues,
-  stitching, bookkeeping), :data:`GLUE` small torch operations' worth.
+* ``step`` — Adam: per call plus per weight.
+
+A mini-batch rank's CPU seconds of a stage are the microbenchmark's (measured in the calibrating
+process) times the measured ``rank_<stage>`` factor of P ranks (:mod:`gnnflow.advise.collectives`:
+a rank's allocator maps its large buffers afresh, and P busy ranks share caches and memory).
 
 The rank's wall time is its CPU seconds over the share of a core it gets (``cores`` of the
 calibration: P busy ranks on this host get that many cores together, so one gets
-``min(1, cores / P)``), plus the waits that are not CPU: the latency of every lock-step collective
-on the training thread (with the pipeline on, the sample and load exchanges run in background
-threads and only the all-reduce waits).  The epoch is the slowest rank's time.  A single process
+``min(1, cores / P)``), or its CPU seconds plus the waits that are not CPU (the latency of every
+lock-step collective on the training thread; with the pipeline on, the sample and load exchanges
+run in background threads and only the all-reduce waits), whichever is longer: with more busy
+ranks than cores a waiting rank's core runs the others.  The epoch is the slowest rank's time.  A single process
 computes forward/backward with every core's thread (``threads`` of the calibration).
 
 Full-batch strategies have one iteration: per layer P broadcast rounds (MG-GCN) or one halo
@@ -42,15 +46,9 @@ import numpy as np
 from gnnflow.advise.calibrate import Calibration
 from gnnflow.advise.counts import RankWork
 from gnnflow.advise.features import model_terms, param_count
+from gnnflow.advise.shapes import timed_fb
 
-STAGES = ("sample", "load", "forward_backward", "comm", "allreduce", "step", "glue", "wait")
-#: per-iteration Python work of each strategy beyond the measured pieces, in small torch
-#: operations (the calibration's ``op``); fitted on this repository's runs (docs/advise.md)
-GLUE = {"single": 40.0, "data": 150.0, "distdgl": 400.0, "split": 250.0, "p3": 250.0, "hec": 250.0,
-        "fullbatch": 200.0, "dgcl": 200.0}
-#: in-training cost of a stage over its microbenchmark (other threads of the rank, caches shared
-#: with the pipeline's threads); fitted with GLUE (docs/advise.md)
-EFFICIENCY = {"sample": 1.0, "load": 1.0, "forward_backward": 1.0}
+STAGES = ("sample", "load", "forward_backward", "comm", "allreduce", "step", "wait")
 ID_BYTES = 8
 
 
@@ -96,25 +94,41 @@ class Setting:
 class Rank:
     """One rank's epoch: CPU seconds and waits per stage."""
 
-    def __init__(self, cal: Calibration, st: Setting) -> None:
-        self.cal, self.st = cal, st
+    def __init__(self, cal: Calibration, st: Setting, batched: bool = True) -> None:
+        #: ``batched``: a mini-batch rank, whose pieces the rank probe measured (a full-batch
+        #: rank's buffers are beyond any mmap threshold and its work the whole part: factor 1)
+        self.cal, self.st, self.batched = cal, st, batched
         self.net = cal.net(st.local_ranks) if st.workers > 1 else {
             "latency": 0.0, "byte": 0.0, "latency_cpu": 0.0, "allreduce_latency": 0.0, "allreduce_byte": 0.0}
         self.cpu: dict[str, float] = {}
         self.wait: dict[str, float] = {}
 
     def work(self, stage: str, seconds: float) -> None:
-        self.cpu[stage] = self.cpu.get(stage, 0.0) + seconds * EFFICIENCY.get(stage, 1.0)
+        """``seconds`` of a microbenchmark (the calibrating process's) as a rank spends them: times
+        the measured ``rank_<stage>`` of P ranks (``forward_backward``'s for a stage not probed;
+        none for a single process, which runs in the advising process)."""
+        factor = 1.0
+        if self.st.workers > 1 and self.batched:
+            factor = self.net.get(f"rank_{stage}", self.net.get("rank_forward_backward", 1.0))
+        self.cpu[stage] = self.cpu.get(stage, 0.0) + seconds * factor
 
-    def exchange(self, stage: str, collectives: float, nbytes: float = 0.0, waits: bool = True) -> None:
-        """``collectives`` lock-step exchanges moving ``nbytes``: their CPU, and their latency as a
-        wait when they run on the training thread (``waits``)."""
+    def exchange(self, stage: str, collectives: float, nbytes: float = 0.0, waits: bool = True,
+                 kind: str = "") -> None:
+        """``collectives`` lock-step exchanges moving ``nbytes``: their CPU (the calling thread's
+        CPU per byte, ``byte_cpu``, where calibrated) and the rest of their wall time, latency and
+        the bytes' remainder, as a wait when they run on the training thread (``waits``).
+        ``kind="broadcast"``: broadcasts, at the calibrated broadcast's seconds per byte and
+        latency (all-to-all's where the calibration has none)."""
         if self.st.workers <= 1:
             return
+        pre = f"{kind}_" if kind and f"{kind}_byte" in self.net else ""
+        per_byte = self.net[pre + "byte"]
+        cpu_byte = min(per_byte, self.net.get(pre + "byte_cpu", per_byte))
         self.cpu[stage] = self.cpu.get(stage, 0.0) + collectives * self.net.get("latency_cpu", 0.0) \
-            + nbytes * self.net["byte"]
+            + nbytes * cpu_byte
         if waits:
-            self.wait[stage] = self.wait.get(stage, 0.0) + collectives * self.net["latency"]
+            self.wait[stage] = self.wait.get(stage, 0.0) + collectives * self.net[pre + "latency"] \
+                + nbytes * (per_byte - cpu_byte)
 
     def allreduce(self, iterations: int, params: int) -> None:
         if self.st.workers <= 1:
@@ -123,9 +137,8 @@ class Rank:
             4.0 * params * self.net["allreduce_byte"] + self.net.get("latency_cpu", 0.0))
         self.wait["allreduce"] = self.wait.get("allreduce", 0.0) + iterations * self.net["allreduce_latency"]
 
-    def step(self, iterations: int, params: int, strategy: str) -> None:
-        self.cpu["step"] = self.cpu.get("step", 0.0) + iterations * (self.cal.step["call"] + self.cal.step["param"] * params)
-        self.cpu["glue"] = self.cpu.get("glue", 0.0) + iterations * GLUE[strategy] * self.cal.op
+    def step(self, iterations: int, params: int) -> None:
+        self.work("step", iterations * (self.cal.step["call"] + self.cal.step["param"] * params))
 
 
 # ------------------------------------------------------------------------------------------ pieces
@@ -142,16 +155,28 @@ def sample_hops(cal: Calibration, layers: list[tuple[float, float, float]], num_
     return total
 
 
-def gather_s(cal: Calibration, rows: float, dim: int, calls: float = 1.0) -> float:
+def gather_s(cal: Calibration, rows: float, dim: int, calls: float = 1.0, path: str = "") -> float:
+    """Seconds of reading ``rows`` rows ``dim`` floats wide in ``calls`` calls: by ``np.take``
+    (``path=""``, what an owner serves), by :meth:`FeatureStore.fetch` (``"store"``) or by fancy
+    indexing of the memory map (``"index"``); a calibration without the path's figures gives
+    ``np.take``'s."""
     g = cal.gather
-    return calls * g["call"] + rows * (g["row"] + g["byte"] * 4.0 * dim)
+    pre = f"{path}_" if path and f"{path}_row" in g else ""
+    return calls * g[pre + "call"] + rows * (g[pre + "row"] + g[pre + "byte"] * 4.0 * dim)
 
 
-def fb_s(cal: Calibration, st: Setting, layers: list[tuple[float, float, float]], in_dim: int | None = None) -> float:
-    """Forward + backward seconds of one batch's blocks (one thread)."""
+def fb_s(cal: Calibration, st: Setting, layers: list[tuple[float, float, float]], in_dim: int | None = None,
+         timed: bool = True) -> float:
+    """Forward + backward seconds of one batch's blocks (one thread): the model timed at their
+    shape (:func:`gnnflow.advise.shapes.timed_fb`; sampled mini-batches only, ``timed``), else the
+    calibration's linear model."""
     model = st.cfg.model
     key = f"{model}@cuda" if st.device == "cuda" and f"{model}@cuda" in cal.layers else model
-    terms = model_terms(st.cfg, layers, st.feature_dim if in_dim is None else in_dim, st.num_classes)
+    width = st.feature_dim if in_dim is None else in_dim
+    got = timed_fb(cal, st.cfg, key, layers, max(1, width), st.num_classes) if timed else None
+    if got is not None:
+        return got
+    terms = model_terms(st.cfg, layers, width, st.num_classes)
     return float(terms @ cal.layer_coefficients(key))
 
 
@@ -168,10 +193,15 @@ def share(cal: Calibration, st: Setting) -> float:
 def finish(cal: Calibration, st: Setting, ranks: list[Rank]) -> Prediction:
     """The epoch from the ranks' CPU seconds and waits (see the module docstring)."""
     f = share(cal, st)
-    per_rank = []
+    per_rank, totals = [], []
     for r in ranks:
-        per_rank.append({k: r.cpu.get(k, 0.0) / f + r.wait.get(k, 0.0) for k in set(r.cpu) | set(r.wait)})
-    totals = [sum(x.values()) for x in per_rank]
+        cpu, wait = sum(r.cpu.values()), sum(r.wait.values())
+        # a rank that waits leaves its core to the others: with more busy ranks than cores
+        # (f < 1) a wait costs only what the ranks' CPU seconds do not already fill
+        hidden = min(wait, cpu / f - cpu)
+        keep = (wait - hidden) / wait if wait > 0 else 0.0
+        per_rank.append({k: r.cpu.get(k, 0.0) / f + keep * r.wait.get(k, 0.0) for k in set(r.cpu) | set(r.wait)})
+        totals.append(cpu / f + wait - hidden)
     slow = int(np.argmax(totals))
     stages = {k: float(v) for k, v in sorted(per_rank[slow].items()) if v > 0}
     return Prediction(epoch_s=float(totals[slow]), stages=stages, per_rank_s=[float(t) for t in totals],
@@ -203,11 +233,12 @@ def predict_single(cal: Calibration, st: Setting, works: list[RankWork]) -> Pred
     params = param_count(cfg, st.feature_dim, st.num_classes)
     layers = layer_tuples(w)
     r = Rank(cal, st)
-    r.work("forward_backward", it * fb_s(cal, st, layers) / cal.threads)
+    full = bool(cfg.options.full_batch)
+    r.work("forward_backward", it * fb_s(cal, st, layers, timed=not full) / cal.threads)
     if not cfg.options.full_batch:
         r.work("sample", it * sample_hops(cal, layers, st.num_nodes))
-        r.work("load", gather_s(cal, w.count("features_loaded"), st.feature_dim, it))
-    r.step(it, params, "single")
+        r.work("load", gather_s(cal, w.count("features_loaded"), st.feature_dim, it, "index"))
+    r.step(it, params)
     return finish(cal, st, [r])
 
 
@@ -222,25 +253,16 @@ def predict_data(cal: Calibration, st: Setting, works: list[RankWork]) -> Predic
     for w in works:
         it, layers, r = sampling_rank(cal, st, w, inline)
         remote = w.count("remote_features")
-        r.work("load", gather_s(cal, w.count("local_rows") + w.count("served_rows"), st.feature_dim, it)
+        r.work("load", gather_s(cal, w.count("local_rows"), st.feature_dim, it, "store")
+               + gather_s(cal, w.count("served_rows"), st.feature_dim, 0)
                + (w.count("cache_hits") + remote) * f_bytes * cal.gather["scatter"])
         coll = 3 * it * (2 if cfg.graph_degrees else 1)  # whole-graph degrees come the same way
         r.exchange("load", coll, (remote + w.count("served_rows")) * (ID_BYTES + f_bytes), inline)
         r.work("forward_backward", it * fb_s(cal, st, layers))
         r.allreduce(it, params)
-        r.step(it, params, "data")
+        r.step(it, params)
         ranks.append(r)
     return finish(cal, st, ranks)
-
-
-def _first_layer_s(cal: Calibration, st: Setting, layer: tuple[float, float, float], in_dim: int) -> float:
-    """Forward + backward seconds of the first layer alone (``in_dim`` wide inputs)."""
-    from gnnflow.advise.features import layer_terms
-    from gnnflow.strategies.memory import layer_dims
-
-    d_out = layer_dims(st.cfg, max(1, st.feature_dim), st.num_classes)[0][1]
-    terms = layer_terms(st.cfg.model, *layer, in_dim, d_out, st.cfg.heads if st.cfg.model == "gat" else 1)
-    return float(terms @ cal.layer_coefficients(st.cfg.model))
 
 
 def predict_p3(cal: Calibration, st: Setting, works: list[RankWork]) -> Prediction:
@@ -256,14 +278,16 @@ def predict_p3(cal: Calibration, st: Setting, works: list[RankWork]) -> Predicti
     for w in works:
         it, layers, r = sampling_rank(cal, st, w, inline)
         r.exchange("sample", 3 * it, ID_BYTES * w.count("structure_ids"), inline)
-        r.work("load", gather_s(cal, w.count("column_rows"), cols, it))
+        r.work("load", gather_s(cal, w.count("column_rows"), cols, it, "index"))
+        # layer 0 of every micro-batch on this rank's columns, the layers above on its own (their
+        # first one timed with layer 0's destinations as sources: the stacked partials' rows)
         first = (w.per_iteration("first_layer_dst"), w.per_iteration("first_layer_src"),
                  w.per_iteration("first_layer_edges"))
-        rest = fb_s(cal, st, layers) - _first_layer_s(cal, st, layers[0], st.feature_dim)
-        r.work("forward_backward", it * (_first_layer_s(cal, st, first, cols) + rest))
+        above = [(layers[1][0], first[0], layers[1][2]), *layers[2:]] if len(layers) > 1 else []
+        r.work("forward_backward", it * fb_s(cal, st, [first, *above], in_dim=cols))
         r.exchange("comm", 2 * 2 * it, 4.0 * w.count("push_floats") * 2)  # push forward, pull backward
         r.allreduce(it, params)
-        r.step(it, params, "p3")
+        r.step(it, params)
         ranks.append(r)
     return finish(cal, st, ranks)
 
@@ -280,11 +304,11 @@ def predict_split(cal: Calibration, st: Setting, works: list[RankWork]) -> Predi
         nl = len(layers)
         r.work("sample", it * sample_hops(cal, layers, st.num_nodes))
         r.exchange("sample", 2 * nl * it, ID_BYTES * (w.count("remote_seeds") + w.count("served_seeds")), inline)
-        r.work("load", gather_s(cal, w.count("local_rows"), st.feature_dim, it))
+        r.work("load", gather_s(cal, w.count("local_rows"), st.feature_dim, it, "index"))
         r.work("forward_backward", it * fb_s(cal, st, layers))
         r.exchange("comm", 2 * 2 * nl * it, 4.0 * (w.count("shuffle_floats") + w.count("shuffle_sent_floats")) * 2)
         r.allreduce(it, params)
-        r.step(it, params, "split")
+        r.step(it, params)
         ranks.append(r)
     return finish(cal, st, ranks)
 
@@ -312,13 +336,15 @@ def predict_hec(cal: Calibration, st: Setting, works: list[RankWork]) -> Predict
         kept = [(dst, src - w.per_iteration(f"halo_src_l{i}") * (1 - h),
                  edges - w.per_iteration(f"halo_edges_l{i}") * (1 - h)) for i, (dst, src, edges) in enumerate(layers)]
         r.work("sample", it * sample_hops(cal, layers, st.num_nodes))
-        r.work("load", gather_s(cal, w.count("local_rows"), st.feature_dim, it))
+        r.work("load", gather_s(cal, w.count("local_rows"), st.feature_dim, it, "index"))
         r.work("forward_backward", it * fb_s(cal, st, kept) + w.count("halo_sources") * cal.gather["row"])
         if cfg.options.cache_lines != 0:
             nbytes = 4.0 * (w.count("push_floats") + w.count("push_floats_sent")) + 2 * ID_BYTES * w.count("push_rows")
-            r.exchange("comm", 3 * len(layers) * it, nbytes)
+            # the push is started and waited for d iterations later (start_alltoallv): its CPU
+            # counts, its latency is not the training thread's
+            r.exchange("comm", 3 * len(layers) * it, nbytes, waits=False)
         r.allreduce(it, params)
-        r.step(it, params, "hec")
+        r.step(it, params)
         ranks.append(r)
     return finish(cal, st, ranks)
 
@@ -343,7 +369,7 @@ def predict_distdgl(cal: Calibration, st: Setting, works: list[RankWork]) -> Pre
         r.exchange("load", 2 * it, remote * (ID_BYTES + f_bytes) * 2, inline)
         r.work("forward_backward", it * dgl.get("layer_ratio", 1.0) * fb_s(cal, st, layers))
         r.allreduce(it, params)
-        r.step(it, params, "distdgl")
+        r.step(it, params)
         ranks.append(r)
     return finish(cal, st, ranks)
 
@@ -366,15 +392,15 @@ def predict_fullbatch(cal: Calibration, st: Setting, works: list[RankWork]) -> P
     coef = cal.layer_coefficients("gcn")
     ranks = []
     for w in works:
-        n, nnz, r = w.count("local_rows"), w.count("tile_nnz"), Rank(cal, st)
+        n, nnz, r = w.count("local_rows"), w.count("tile_nnz"), Rank(cal, st, batched=False)
         for i, (d_in, d_out) in enumerate(dims):
             width = spmm_width(i, d_in, d_out)
             passes = 1 if i == 0 else 2  # the first layer's backward needs no SpMM
             r.work("forward_backward", passes * nnz * width / cal.spmm + 3 * n * d_in * d_out / cal.gemm
                    + 2 * coef[0] + coef[4] * 2 * n * (d_in + d_out))
-            r.exchange("comm", passes * (p - 1), passes * 4.0 * width * w.count("broadcast_rows"))
+            r.exchange("comm", passes * (p - 1), passes * 4.0 * width * w.count("broadcast_rows"), kind="broadcast")
         r.allreduce(1, params)
-        r.step(1, params, "fullbatch")
+        r.step(1, params)
         ranks.append(r)
     return finish(cal, st, ranks)
 
@@ -390,14 +416,14 @@ def predict_dgcl(cal: Calibration, st: Setting, works: list[RankWork]) -> Predic
     project = cfg.model == "gcn" and cfg.options.project
     ranks = []
     for w in works:
-        r = Rank(cal, st)
-        r.work("forward_backward", fb_s(cal, st, layer_tuples(w)))
+        r = Rank(cal, st, batched=False)
+        r.work("forward_backward", fb_s(cal, st, layer_tuples(w), timed=False))
         if cfg.options.planner != "replication":
             for d_in, d_out in dims:
                 width = d_out if project and d_in > d_out else d_in
                 r.exchange("comm", 2 * 2, 2 * 4.0 * width * (w.count("halo_rows") + w.count("halo_rows_sent")))
         r.allreduce(1, params)
-        r.step(1, params, "dgcl")
+        r.step(1, params)
         ranks.append(r)
     return finish(cal, st, ranks)
 

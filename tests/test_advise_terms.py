@@ -1,0 +1,94 @@
+"""The cost model's newer terms (issue 35.1): forward/backward timed at the blocks' own shape
+(``gnnflow.advise.shapes``: the synthetic blocks have the counted shape, the timing is kept on the
+calibration but not in its file), a rank's CPU as the microbenchmarks' times its measured factor,
+an exchange's bytes as CPU at ``byte_cpu`` and a wait for the rest."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from gnnflow.advise.calibrate import Calibration
+from gnnflow.config import TrainConfig
+
+LAYERS = {m: {"layer": 1e-3, "gemm": 1e-10, "agg": 1e-9, "edges": 2e-8, "rows": 2e-9} for m in ("sage", "gcn")}
+
+
+def test_synthetic_blocks_have_the_counted_shape():
+    """Rounded to two significant figures, chained (a layer's destinations are the sources of
+    the layer above), and the blocks built have exactly those counts."""
+    from gnnflow.advise.shapes import shape_key, synthetic_blocks
+
+    cfg = TrainConfig(graph="-", model="gcn", hidden=16, num_layers=2, fanouts=[5, 5])
+    key = shape_key("gcn", cfg, 8, 4, [(1234.4, 5678.9, 9876.1), (256.0, 1234.4, 1280.2)])
+    dims = key[9]
+    assert dims == ((1200, 5700, 9900), (260, 1200, 1300))
+    blocks = synthetic_blocks(dims)
+    assert [(b.num_dst, b.num_src, b.num_edges) for b in blocks] == list(dims)
+    for b in blocks:
+        assert int(b.indices.max()) < b.num_src and b.indptr[-1] == b.num_edges
+        assert (b.src_ids[: b.num_dst] == b.dst_ids).all()
+
+
+def test_timed_forward_backward_is_kept_in_memory_not_in_the_file():
+    from gnnflow.advise.shapes import MAX_TIMED_EDGES, timed_fb
+
+    cal = Calibration(layers=json.loads(json.dumps(LAYERS)))
+    cfg = TrainConfig(graph="-", model="gcn", hidden=16, num_layers=2, fanouts=[5, 5])
+    layers = [(600.0, 2000.0, 3000.0), (128.0, 600.0, 640.0)]
+    t = timed_fb(cal, cfg, "gcn", layers, 8, 4)
+    assert t is not None and t > 0 and len(cal.shapes) == 1
+    assert timed_fb(cal, cfg, "gcn", [(601.0, 2001.0, 3001.0), (128.0, 601.0, 641.0)], 8, 4) == pytest.approx(t, rel=0.01)
+    assert len(cal.shapes) == 1  # the same rounded shape: one timing
+    assert "shapes" not in json.loads(cal.to_json())
+    assert timed_fb(cal, cfg, "gcn@cuda", layers, 8, 4) is None
+    assert timed_fb(cal, cfg, "gcn", [(1.0, 1.0, MAX_TIMED_EDGES + 1.0)] * 2, 8, 4) is None
+
+
+def test_a_rank_spends_the_microbenchmarks_times_its_measured_factor():
+    """``rank_<stage>`` of the rank count multiplies a mini-batch rank's work (forward/backward's
+    for a stage not probed); one process and full-batch ranks take the microbenchmarks as they are."""
+    from gnnflow.advise.cost import Rank, Setting
+
+    nets = {"1": {"cores": 1.0}, "2": {"latency": 1e-4, "byte": 1e-9, "allreduce_latency": 1e-4,
+                                       "allreduce_byte": 1e-9, "cores": 2.0, "rank_sample": 1.25,
+                                       "rank_load": 1.5, "rank_forward_backward": 2.0}}
+    cal = Calibration(collectives=nets, step={"call": 1e-4, "param": 0.0})
+    cfg = TrainConfig(graph="-", strategy="data")
+
+    def spent(workers: int, stage: str, batched: bool = True) -> float:
+        r = Rank(cal, Setting(cfg=cfg, feature_dim=8, num_classes=4, num_nodes=10, workers=workers), batched)
+        r.work(stage, 1.0)
+        return r.cpu[stage]
+
+    assert spent(2, "sample") == 1.25 and spent(2, "load") == 1.5 and spent(2, "forward_backward") == 2.0
+    assert spent(2, "step") == 2.0
+    assert spent(1, "forward_backward") == 1.0 and spent(2, "forward_backward", batched=False) == 1.0
+
+
+def test_rank_probe_times_every_probed_stage():
+    from gnnflow.advise.shapes import PROBED_STAGES, rank_probe
+
+    got = rank_probe(seconds=0.05)
+    assert set(got) == set(PROBED_STAGES) and all(v > 0 for v in got.values())
+
+
+def test_an_exchange_s_bytes_cost_cpu_at_byte_cpu_and_wait_for_the_rest():
+    """With ``byte_cpu`` calibrated the bytes cost the process that much CPU and the rest of their
+    wall time is a wait (on the training thread); without it all of ``byte`` is CPU."""
+    from gnnflow.advise.cost import Rank, Setting
+
+    net = {"latency": 1e-3, "latency_cpu": 1e-4, "byte": 4e-9, "byte_cpu": 1e-9, "cores": 2.0}
+    cal = Calibration(collectives={"2": net})
+    st = Setting(cfg=TrainConfig(graph="-", strategy="split"), feature_dim=8, num_classes=4, num_nodes=10, workers=2)
+    r = Rank(cal, st)
+    r.exchange("comm", 2, 1e6)
+    assert r.cpu["comm"] == pytest.approx(2e-4 + 1e-3) and r.wait["comm"] == pytest.approx(2e-3 + 3e-3)
+    r = Rank(cal, st)
+    r.exchange("sample", 2, 1e6, waits=False)
+    assert r.cpu["sample"] == pytest.approx(2e-4 + 1e-3) and "sample" not in r.wait
+    del net["byte_cpu"]
+    r = Rank(cal, st)
+    r.exchange("comm", 2, 1e6)
+    assert r.cpu["comm"] == pytest.approx(2e-4 + 4e-3) and r.wait["comm"] == pytest.approx(2e-3)
