@@ -170,25 +170,29 @@ def forkserver_pid() -> int | None:
     return getattr(forkserver._forkserver, "_forkserver_pid", None)
 
 
+def own_processes() -> list:
+    """This interpreter's live descendants but multiprocessing's resource tracker and fork
+    server (they serve this interpreter until it exits)."""
+    import psutil
+
+    server = forkserver_pid()
+    return [p for p in psutil.Process().children(recursive=True) if p.status() != psutil.STATUS_ZOMBIE
+            and "multiprocessing.resource_tracker" not in " ".join(p.cmdline()) and p.pid != server]
+
+
 @pytest.fixture
 def no_leftovers():
     """``check(runs)``: wait (up to 30 s) until no process started by this test is alive and
     ``/dev/shm`` holds no entry of the named DistDGL runs; fail naming what is left."""
     import time
 
-    import psutil
-
     from gnnflow.strategies.distdgl_janitor import shm_entries
 
     def check(runs: list[str], timeout: float = 30.0) -> None:
         assert runs and all(runs), f"no DistDGL run tokens to check: {runs!r}"
-        me = psutil.Process()
         deadline = time.monotonic() + timeout
         while True:
-            # (multiprocessing's resource tracker and fork server serve this interpreter until it exits)
-            procs = [p for p in me.children(recursive=True) if p.status() != psutil.STATUS_ZOMBIE
-                     and "multiprocessing.resource_tracker" not in " ".join(p.cmdline())
-                     and p.pid != forkserver_pid()]
+            procs = own_processes()
             shm = [p.name for run in runs for p in shm_entries(run)]
             if not procs and not shm:
                 return

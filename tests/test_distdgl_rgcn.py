@@ -120,12 +120,11 @@ def _no_children(timeout: float = 30.0) -> None:
     """No process of this test (ranks, DGL servers, sampler processes) is left."""
     import time
 
-    import psutil
+    from conftest import own_processes
 
     deadline = time.monotonic() + timeout
     while True:
-        left = [p for p in psutil.Process().children(recursive=True) if p.status() != psutil.STATUS_ZOMBIE
-                and "multiprocessing.resource_tracker" not in " ".join(p.cmdline())]
+        left = own_processes()
         if not left:
             return
         assert time.monotonic() < deadline, f"left behind: {[' '.join(p.cmdline())[:100] for p in left]}"

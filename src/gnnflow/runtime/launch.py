@@ -66,6 +66,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from gnnflow.errors import ConfigError
 from gnnflow.io import configure_logging
 from gnnflow.runtime import devices
 from gnnflow.runtime.context import RankContext
@@ -273,9 +274,14 @@ def rank_start_context() -> Any:
     from it in a fraction of a second where a spawned one imports torch again (2-3 CPU seconds
     each, with 4 ranks on 2 cores several seconds of every run).  The server is a single-threaded
     process that never touched CUDA or a thread pool, so forking it is safe; each rank takes the
-    launcher's environment of its own run (:func:`_rank_entry`)."""
-    ctx = mp.get_context("forkserver")
-    ctx.set_forkserver_preload(list(FORKSERVER_PRELOAD))
+    launcher's environment of its own run (:func:`_rank_entry`).  ``GNNFLOW_START_METHOD=spawn``
+    starts every rank as a fresh interpreter instead."""
+    method = os.environ.get("GNNFLOW_START_METHOD", "forkserver")
+    if method not in ("forkserver", "spawn"):
+        raise ConfigError(f"GNNFLOW_START_METHOD={method!r}: use forkserver or spawn")
+    ctx = mp.get_context(method)
+    if method == "forkserver":
+        ctx.set_forkserver_preload(list(FORKSERVER_PRELOAD))
     return ctx
 
 
