@@ -38,7 +38,12 @@ def _memory_rank(ctx, cfg_dict, iterations):
     from gnnflow.results.schema import Recorder
     from gnnflow.strategies.minibatch.data_parallel import DataParallel
 
-    bare = psutil.Process().memory_info().rss
+    # the bare process: an interpreter that imported torch and the driver.  A rank forked from
+    # the fork server faults those libraries' pages in lazily, so its own RSS at the start is
+    # lower than that; the server itself is such an interpreter
+    parent = psutil.Process().parent()
+    server = parent is not None and "multiprocessing.forkserver" in " ".join(parent.cmdline())
+    bare = (parent if server else psutil.Process()).memory_info().rss
     s = DataParallel(TrainConfig.from_dict(cfg_dict), ctx)
     s.prepare()
     prepared = peak_rss()
