@@ -34,8 +34,9 @@ the feature dimension, ``H`` the hidden width, ``L`` layers, ``P`` ranks):
 * **evaluation** (layer-wise inference, :mod:`gnnflow.strategies.minibatch.inference`):
   one hidden table of the part (``n_inner H 4``, memory-mapped, resident while
   it is read) plus ``EVAL_CHUNKS`` chunks of source rows (64 MiB each), the
-  logits and ``METRIC_CHUNKS`` chunks of the metrics (16 MiB each); the feature shard's pages are released after layer 0, so the peak
-  is ``max(training, evaluation)`` over the non-shared terms;
+  logits and ``METRIC_CHUNKS`` chunks of the metrics (16 MiB each, no more than
+  the logits); the feature shard's pages are released after layer 0, so the
+  peak is ``max(training, evaluation)`` over the non-shared terms;
 * **HEC** (DistGNN-MB): sources are solid vertices and cached halo rows,
   about ``1 - cut`` of data-parallel's; per layer a cache of ``cs`` lines of
   that layer's input width (``torch.zeros`` writes them all at once; the
@@ -344,7 +345,8 @@ def evaluation_bytes(p: PartSizes, cfg: Any, classes: int, feature_dim: int) -> 
     hidden = cfg.hidden * (int(getattr(cfg, "heads", 1)) if cfg.model in HEADED_MODELS else 1)
     table = 4 * p.inner * hidden if cfg.num_layers > 1 else 0
     chunk = min(CHUNK, 4 * (p.inner + p.halo) * max(feature_dim, hidden))  # no more than the part's rows
-    return int(table + EVAL_CHUNKS * chunk + 4 * p.inner * classes + METRIC_CHUNKS * METRIC_CHUNK)
+    logits = 4 * p.inner * classes
+    return int(table + EVAL_CHUNKS * chunk + logits + METRIC_CHUNKS * min(METRIC_CHUNK, logits))
 
 
 # ------------------------------------------------------------------------------------------ a run
