@@ -17,8 +17,9 @@ where the outer launcher owns the other ranks).
   a stopped one before the ranks that then timed out or lost their connection.
   SIGTERM, SIGHUP or SIGINT to the parent stops every rank before it exits; a
   rank dies with its parent, the fork server (``PR_SET_PDEATHSIG``), which
-  exits when the launcher does, even when the launcher is killed outright.  Shared-memory files the run made are removed on every exit
-  path (:mod:`gnnflow.runtime.processes`).  No process is left behind.
+  exits when the launcher does, even when the launcher is killed outright.
+  Shared-memory files the run made are removed on every exit path
+  (:mod:`gnnflow.runtime.processes`).  No process is left behind.
 * Several hosts, gnnflow's own launcher on each (``gnnflow train --nnodes N
   --node-rank K --master HOST:PORT``, :func:`set_nodes`): the launcher of host
   ``K`` spawns ranks ``K*L .. K*L+L-1`` (``L = world_size / N`` local ranks).

@@ -57,12 +57,8 @@ def split_sums(per_split: Mapping[str, tuple[torch.Tensor, torch.Tensor]]) -> to
     of each split's ``(logits, labels)`` (a split not given counts zero), read
     :data:`CHUNK_BYTES` of logits at a time."""
     sums = torch.zeros(len(SPLITS), 3, dtype=torch.float64)
-    for i, split in enumerate(SPLITS):
-        if split in per_split:
-            logits, labels = per_split[split]
-            step = _chunk_rows(logits)
-            for a in range(0, int(logits.shape[0]), step):
-                sums[i] += torch.tensor(_chunk_sums(logits[a:a + step], labels[a:a + step]), dtype=torch.float64)
+    for split, (logits, labels) in per_split.items():
+        sums += split_sums_at(logits, torch.as_tensor(labels), {split: torch.arange(int(logits.shape[0]))})
     return sums
 
 
