@@ -25,8 +25,9 @@ calibration: P busy ranks on this host get that many cores together, so one gets
 ``min(1, cores / P)``), or its CPU seconds plus the waits that are not CPU (the latency of every
 lock-step collective on the training thread; with the pipeline on, the sample and load exchanges
 run in background threads and only the all-reduce waits), whichever is longer: with more busy
-ranks than cores a waiting rank's core runs the others.  The epoch is the slowest rank's time.  A single process
-computes forward/backward with every core's thread (``threads`` of the calibration).
+ranks than cores a waiting rank's core runs the others.  The epoch is the slowest rank's time.
+A single process computes forward/backward with every core's thread (``threads`` of the
+calibration).
 
 Full-batch strategies have one iteration: per layer P broadcast rounds (MG-GCN) or one halo
 exchange (DGCL) forward and backward, the local SpMM and GEMMs, then the all-reduce and step.
