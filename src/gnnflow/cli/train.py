@@ -26,9 +26,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    from gnnflow.runtime.forkserver import prestart_fork_server
     from gnnflow.runtime.hosts import apply_node_arguments
     from gnnflow.strategies.driver import run_training
 
+    prestart_fork_server()  # before this process has a thread (gnnflow.runtime.forkserver)
     cfg = config_from_args(args)
     apply_node_arguments(args)  # the memory preflight counts this host's share of the ranks
     records = run_training(cfg)

@@ -57,8 +57,11 @@ def main(args: argparse.Namespace) -> int:
     if args.workers < 1:
         raise ConfigError(f"--workers must be >= 1, got {args.workers}")
     from gnnflow.runtime.devices import available_device
+    from gnnflow.runtime.forkserver import prestart_fork_server
     from gnnflow.runtime.hosts import apply_node_arguments
     from gnnflow.strategies.verify import check_of
+
+    prestart_fork_server()  # before this process has a thread (gnnflow.runtime.forkserver)
 
     if args.strategy not in STRATEGIES:
         raise ConfigError(f"--strategy: unknown strategy {args.strategy!r}; choose one of {', '.join(STRATEGIES)}")

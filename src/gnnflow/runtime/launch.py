@@ -56,7 +56,6 @@ from __future__ import annotations
 
 import atexit
 import logging
-import multiprocessing as mp
 import os
 import pickle
 import socket
@@ -67,10 +66,14 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from gnnflow.errors import ConfigError
 from gnnflow.io import configure_logging
 from gnnflow.runtime import devices
 from gnnflow.runtime.context import RankContext
+from gnnflow.runtime.forkserver import (
+    quiet_resource_tracker,
+    rank_start_context,
+    release_fork_server,
+)
 from gnnflow.runtime.group import default_backend, device_for, dist_timeout_s, init_group
 from gnnflow.runtime.hosts import Nodes, external_launcher, nodes, slurm_master, slurm_task_threads
 from gnnflow.runtime.network import (
@@ -106,22 +109,6 @@ def _send(conn: Any, message: tuple[Any, ...]) -> None:
     conn.send_bytes(pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL))
 
 
-def _release_fork_server() -> None:
-    """Close this rank's copy of the launcher's end of the fork server's liveness pipe.
-
-    multiprocessing hands it to every process the server forks (so that they could start
-    processes from it too); while a rank holds it, the server never sees its launcher exit and
-    outlives it, and so do the ranks, whose parent it is (``PR_SET_PDEATHSIG``).  Without it,
-    a killed launcher ends the server and the server's exit ends the ranks."""
-    from multiprocessing import forkserver
-
-    server = forkserver._forkserver
-    fd = getattr(server, "_forkserver_alive_fd", None)
-    if fd is not None:
-        os.close(fd)
-        server._forkserver_alive_fd = None
-
-
 def _rank_entry(
     rank: int,
     local_rank: int,
@@ -142,7 +129,7 @@ def _rank_entry(
     os.environ.clear()  # the fork server's environment is the one of the launcher's first run
     os.environ.update(environ)
     set_process_name(f"gnnflow-rank{rank}")
-    _release_fork_server()
+    release_fork_server()
     die_with_parent()
     tune_allocator()
     os.environ["GNNFLOW_RANK"] = str(rank)
@@ -246,17 +233,6 @@ def _run_external(launcher: str, fn: Callable[..., Any], args: tuple[Any, ...], 
             bound.close()
 
 
-def _quiet_resource_tracker() -> None:
-    """Start multiprocessing's resource tracker (shared by every rank and sampler process) without
-    its exit warning: when a rank is killed, the tracker removes the semaphores of its queues and
-    warns about them after the run's error line, which would bury the line that names the rank."""
-    from multiprocessing import resource_tracker
-
-    quiet = ",".join(filter(None, [os.environ.get("PYTHONWARNINGS"), "ignore:resource_tracker:UserWarning"]))
-    with environ_set("PYTHONWARNINGS", quiet):
-        resource_tracker.ensure_running()
-
-
 def _sweep() -> None:
     """Remove the shared memory that runs whose launcher was killed left on this host."""
     stale = sweep_stale_shm()
@@ -265,32 +241,11 @@ def _sweep() -> None:
                     "y" if len(stale) == 1 else "ies", " ".join(stale))
 
 
-#: what the fork server imports once, so that a rank starts without importing torch again
-FORKSERVER_PRELOAD = ("gnnflow.runtime.launch", "gnnflow.strategies.driver")
-
-
-def rank_start_context() -> Any:
-    """The multiprocessing context ranks start from: a fork server (one per launcher process,
-    started on its first run) that imported torch and the training driver once.  A rank forks
-    from it in a fraction of a second where a spawned one imports torch again (2-3 CPU seconds
-    each, with 4 ranks on 2 cores several seconds of every run).  The server is a single-threaded
-    process that never touched CUDA or a thread pool, so forking it is safe; each rank takes the
-    launcher's environment of its own run (:func:`_rank_entry`).  ``GNNFLOW_START_METHOD=spawn``
-    starts every rank as a fresh interpreter instead."""
-    method = os.environ.get("GNNFLOW_START_METHOD", "forkserver")
-    if method not in ("forkserver", "spawn"):
-        raise ConfigError(f"GNNFLOW_START_METHOD={method!r}: use forkserver or spawn")
-    ctx = mp.get_context(method)
-    if method == "forkserver":
-        ctx.set_forkserver_preload(list(FORKSERVER_PRELOAD))
-    return ctx
-
-
 def _spawn_local(fn: Callable[..., Any], world_size: int, args: tuple[Any, ...], device: str,
                  backend: str, timeout_s: float, threads_per_rank: int | None,
                  spec: Nodes | None = None) -> list[Any]:
     ctx = rank_start_context()
-    _quiet_resource_tracker()
+    quiet_resource_tracker()
     ranks = spec.local_ranks(world_size) if spec is not None else range(world_size)
     if spec is None:
         # one host: the ranks inherit the environment (gloo on loopback); the parent holds the

@@ -1,0 +1,118 @@
+"""Where ranks start from (gnnflow.runtime.forkserver): ``gnnflow train``'s fork server is a fork
+of the launcher itself (no second interpreter importing torch); the ranks it forks train as
+spawned ones do; it is refused while a thread runs; a killed launcher takes it and its ranks
+along."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+from conftest import rank_processes, synthetic_graph_book, unmeasured_records
+
+TESTS = Path(__file__).resolve().parent
+
+
+def parent_pid(ctx) -> int:
+    """A rank's parent: the fork server it was forked from."""
+    return os.getppid()
+
+
+SCRIPT = """
+import json, os, sys, threading
+from multiprocessing import forkserver
+if sys.argv[1] == "thread":
+    stop = threading.Event()
+    threading.Thread(target=stop.wait, daemon=True).start()
+from gnnflow.runtime.forkserver import prestart_fork_server
+prestarted = prestart_fork_server()
+from gnnflow.runtime.launch import run_ranks
+from test_runtime_forkserver import parent_pid
+parents = run_ranks(parent_pid, 2)
+server = forkserver._forkserver._forkserver_pid
+with open(f"/proc/{server}/cmdline", "rb") as f:
+    cmdline = f.read().decode().split("\\0")[:-1]
+print(json.dumps({"prestarted": prestarted, "parents": parents, "server": server, "me": os.getpid(),
+                  "server_parent": int(open(f"/proc/{server}/stat").read().rsplit(")", 1)[1].split()[1]),
+                  "server_cmdline": cmdline, "my_cmdline": sys.orig_argv}))
+if sys.argv[1] == "thread":
+    stop.set()
+"""
+
+
+def _run_script(mode: str) -> dict:
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(TESTS), os.environ.get("PYTHONPATH")])))
+    done = subprocess.run([sys.executable, "-c", SCRIPT, mode], capture_output=True, text=True, timeout=300, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_the_fork_server_is_a_fork_of_the_launcher():
+    got = _run_script("plain")
+    assert got["prestarted"] is True
+    assert got["parents"] == [got["server"], got["server"]]  # the ranks came from that server
+    assert got["server_parent"] == got["me"]
+    assert got["server_cmdline"] == got["my_cmdline"]  # a fork: no new interpreter was started
+    try:  # it ends with its launcher
+        psutil.Process(got["server"]).wait(timeout=60)
+    except psutil.NoSuchProcess:
+        pass
+
+
+def test_no_fork_of_the_launcher_while_a_thread_runs():
+    got = _run_script("thread")
+    assert got["prestarted"] is False
+    assert got["parents"] == [got["server"], got["server"]]
+    assert "from multiprocessing.forkserver import main" in " ".join(got["server_cmdline"])  # the usual server
+
+
+@pytest.fixture(scope="module")
+def graph_book(tmp_path_factory):
+    return synthetic_graph_book(tmp_path_factory.mktemp("forkserver"), 1024, "metis", 2)
+
+
+def _train(graph_book, out: Path, *extra: str, env: dict[str, str] | None = None) -> list[str]:
+    graph, book = graph_book
+    return [sys.executable, "-m", "gnnflow.cli", "train", "--strategy", "data", "--graph", graph, "--partition",
+            book, "--workers", "2", "--batch-size", "64", "--hidden", "8", "--seed", "0", "--run-id", "r", "--out", str(out), *extra]
+
+
+def test_train_from_the_launchers_fork_equals_spawned_ranks(graph_book, tmp_path):
+    runs = {}
+    for method in ("forkserver", "spawn"):
+        out = tmp_path / method
+        done = subprocess.run(_train(graph_book, out, "--epochs", "2"), capture_output=True, text=True, timeout=600,
+                              env=dict(os.environ, GNNFLOW_START_METHOD=method))
+        assert done.returncode == 0, done.stderr[-3000:]
+        runs[method] = unmeasured_records(out)
+    assert len(runs["forkserver"]) == 4 and runs["forkserver"] == runs["spawn"]
+
+
+def test_a_killed_launcher_takes_its_fork_server_and_ranks_along(graph_book, tmp_path):
+    out = tmp_path / "run"
+    launcher = subprocess.Popen(_train(graph_book, out, "--epochs", "2000", "--eval-every", "1000"),
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 300
+        while not (out / "records.jsonl").exists():  # every rank trains
+            assert launcher.poll() is None, launcher.communicate()[1][-3000:]
+            assert time.monotonic() < deadline, "training did not start"
+            time.sleep(0.2)
+        ranks = rank_processes(launcher.pid)
+        server = psutil.Process(ranks[0].ppid())
+        assert len(ranks) == 2 and server.ppid() == launcher.pid
+        assert server.cmdline() == psutil.Process(launcher.pid).cmdline()  # the launcher's own fork
+        launcher.send_signal(signal.SIGKILL)
+        launcher.communicate(timeout=60)
+        gone, alive = psutil.wait_procs([server, *ranks], timeout=60)
+        assert not alive, alive
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
