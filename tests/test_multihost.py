@@ -60,6 +60,7 @@ class Cluster:
         self.hosts = SimulatedHosts(NODES, root / "hosts", hidden=[root / "shared"])
         self.port = 29400
         self.staged: dict[tuple[int, bool], Path] = {}
+        self.references: dict[tuple[str, ...], Path] = {}
 
     def data(self, k: int, whole_graph: bool = False, dgl: bool = False) -> Path:
         """Host ``k``'s staged copy of its parts (made on first use, by `gnnflow stage`; ``dgl``:
@@ -88,6 +89,18 @@ class Cluster:
             procs.append(self.hosts.popen(k, cmd, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                           text=True))
         return procs
+
+    def one_host(self, strategy: str, *extra: str) -> Path:
+        """The run directory of ``strategy`` on 1 host x 4 ranks from the whole book (made on
+        first use; the reference of the 2-host runs)."""
+        key = (strategy, *extra)
+        if key not in self.references:
+            out = self.root / "one-host" / "-".join(key).replace("=", "_") / "cmp"
+            done = subprocess.run([sys.executable, "-m", "gnnflow.cli", *_train_args(self, strategy, out, None, *extra)],
+                                  capture_output=True, text=True, timeout=400)
+            assert done.returncode == 0, done.stderr[-3000:]
+            self.references[key] = out
+        return self.references[key]
 
     def close(self) -> None:
         self.hosts.close()
@@ -165,11 +178,8 @@ def test_verify_across_two_hosts(cluster, strategy, extra):
 ])
 def test_two_hosts_records_equal_one_host(cluster, strategy, extra, tmp_path):
     """2 hosts x 2 ranks from staged parts == 1 host x 4 ranks on the whole book (up to measured columns)."""
-    one = tmp_path / "one" / "cmp"
     t0 = time.monotonic()
-    ref = subprocess.run([sys.executable, "-m", "gnnflow.cli", *_train_args(cluster, strategy, one, None, *extra)],
-                         capture_output=True, text=True, timeout=400)
-    assert ref.returncode == 0, ref.stderr[-3000:]
+    one = cluster.one_host(strategy, *extra)
     t1 = time.monotonic()
     run_dirs = [cluster.hosts.dirs[k] / f"runs-{strategy}{'-'.join(['', *extra])}" / "cmp" for k in range(NODES)]
     done = _finish(cluster.start(lambda k: _train_args(cluster, strategy, run_dirs[k], k, *extra)), 400)
@@ -188,10 +198,7 @@ def test_distdgl_peer_across_two_hosts(cluster, tmp_path):
     DGL layout: every rank serves its part on its host's address, the run ends rc 0, and its
     records equal a 1-host x 4-rank run's (the peer's seeded sampling requests, patch 3 of
     gnnflow.strategies.distdgl: DGL's draws depend on the request, not on where it is served)."""
-    one = tmp_path / "one" / "cmp"
-    ref = subprocess.run([sys.executable, "-m", "gnnflow.cli", *_train_args(cluster, "distdgl", one, None)],
-                         capture_output=True, text=True, timeout=400)
-    assert ref.returncode == 0, ref.stderr[-3000:]
+    one = cluster.one_host("distdgl")
     run_dirs = [cluster.hosts.dirs[k] / "runs-distdgl" / "cmp" for k in range(NODES)]
     procs = cluster.start(lambda k: _train_args(cluster, "distdgl", run_dirs[k], k))
     listening: list[list[tuple[str, str]]] = [[], []]
@@ -241,20 +248,21 @@ def _ss(cluster: Cluster, k: int) -> list[tuple[str, str]]:
 
 
 def test_listeners_only_on_the_hosts_test_addresses(cluster, tmp_path):
-    procs = cluster.start(lambda k: _train_args(cluster, "data", None, k, "--epochs", "400", "--eval-every",
-                                                "1000", "--samplers", "process"))
+    run_dir = cluster.hosts.dirs[0] / "runs-listen" / "cmp"
+    procs = cluster.start(lambda k: _train_args(cluster, "data", run_dir if k == 0 else None, k, "--epochs", "400",
+                                                "--eval-every", "1000", "--samplers", "process"))
     try:
-        deadline = time.monotonic() + 180
-        listening: list[list[tuple[str, str]]] = [[], []]
-        # every rank runs (gloo pairs and the samplers' store are up) once several listeners per host show
-        while time.monotonic() < deadline:
+        deadline = time.monotonic() + 300
+        # an epoch's records: every rank trained (its gloo pairs and its samplers' store were up)
+        while not (run_dir / "records.jsonl").exists():
             assert all(p.poll() is None for p in procs), _finish(procs, 5)
-            listening = [_ss(cluster, k) for k in range(NODES)]
-            if all(len(x) >= 1 + LOCAL for x in listening):
-                time.sleep(3)
-                listening = [_ss(cluster, k) for k in range(NODES)]
-                break
-            time.sleep(1)
+            assert time.monotonic() < deadline, "training did not start"
+            time.sleep(0.3)
+        listening: list[set[tuple[str, str]]] = [set() for _ in range(NODES)]
+        for _ in range(3):  # the union of a few looks, in case one falls between a listener's calls
+            for k in range(NODES):
+                listening[k] |= set(_ss(cluster, k))
+            time.sleep(0.5)
         assert all(listening), listening
         for k in range(NODES):
             addresses = {a for a, _ in listening[k]}
@@ -327,10 +335,7 @@ def test_resume_across_hosts_needs_the_run_directory_on_rank_0s_host_only(cluste
     """A 2-host run stopped after epoch 0's checkpoint and resumed with --resume equals an
     uninterrupted 1-host run: rank 0 reads the checkpoint and hands each rank its state, so the
     second host never has the run directory."""
-    one = tmp_path / "one" / "cmp"
-    ref = subprocess.run([sys.executable, "-m", "gnnflow.cli", *_train_args(cluster, "data", one, None)],
-                         capture_output=True, text=True, timeout=400)
-    assert ref.returncode == 0, ref.stderr[-3000:]
+    one = cluster.one_host("data")  # the same run as the data case of the records test
     run_dirs = [cluster.hosts.dirs[k] / "runs-resume" / "cmp" for k in range(NODES)]
     for extra in (["--opt", "stop_after_epoch=0"], ["--resume"]):
         done = _finish(cluster.start(lambda k, extra=extra: _train_args(cluster, "data", run_dirs[k], k, *extra)),

@@ -99,11 +99,12 @@ def _hold_then_sum(ctx, seconds: float) -> float:
 
 
 @pytest.mark.slow
-def test_a_rank_inside_a_60s_native_call_finishes_the_run():
-    """The heartbeat thread of a rank inside a 60 s call that holds the interpreter lock is silent
-    for 60 s: the run goes on and gives the right result (a 30 s heartbeat limit killed it)."""
+def test_a_rank_inside_a_40s_native_call_finishes_the_run():
+    """The heartbeat thread of a rank inside a 40 s call that holds the interpreter lock is silent
+    for 40 s (40 beats missed): the run goes on and gives the right result (a 30 s heartbeat
+    limit, since removed, killed it; no number of missed beats fails a run now)."""
     from gnnflow.runtime.launch import run_ranks
 
     t0 = time.monotonic()
-    assert run_ranks(_hold_then_sum, 2, 60.0, timeout_s=300) == [3.0, 3.0]
-    assert time.monotonic() - t0 >= 60
+    assert run_ranks(_hold_then_sum, 2, 40.0, timeout_s=300) == [3.0, 3.0]
+    assert time.monotonic() - t0 >= 40

@@ -29,6 +29,23 @@ def graph_book(tmp_path_factory):
     return synthetic_graph_book(tmp_path_factory.mktemp("restarts"), 2048, "metis", 2)
 
 
+@pytest.fixture(scope="module")
+def uninterrupted(graph_book, tmp_path_factory):
+    """``uninterrupted(strategy)``: the directory of a run of ``strategy`` that nothing interrupted
+    (one per strategy, shared by the kill at epoch 2 and the kill mid-epoch)."""
+    done: dict[str, Path] = {}
+
+    def run(strategy: str) -> Path:
+        if strategy not in done:
+            out = tmp_path_factory.mktemp(f"whole-{strategy}") / "run"
+            ref = subprocess.run(_args(graph_book, strategy, out), capture_output=True, text=True, timeout=900)
+            assert ref.returncode == 0, ref.stderr[-2000:]
+            done[strategy] = out
+        return done[strategy]
+
+    return run
+
+
 def _args(graph_book: tuple[str, str], strategy: str, out: Path, *extra: str) -> list[str]:
     graph, book = graph_book
     epochs = "12" if strategy in ("fullbatch", "dgcl") else "4"  # one step per full-batch epoch
@@ -64,13 +81,11 @@ def _kill_a_rank_when(proc: subprocess.Popen, ready, timeout_s: float = 300) -> 
 @pytest.mark.slow
 @pytest.mark.parametrize("mid_epoch", [False, True], ids=["at-epoch-2", "mid-epoch"])
 @pytest.mark.parametrize("strategy", list(STRATEGIES))
-def test_a_killed_rank_is_restarted_and_the_records_equal_an_uninterrupted_run(graph_book, tmp_path, strategy,
-                                                                               mid_epoch):
+def test_a_killed_rank_is_restarted_and_the_records_equal_an_uninterrupted_run(graph_book, uninterrupted, tmp_path,
+                                                                               strategy, mid_epoch):
     if mid_epoch and strategy in ("fullbatch", "dgcl"):
         pytest.skip("a full-batch epoch is one step: its checkpoints are the epochs'")
-    whole = tmp_path / "whole"
-    ref = subprocess.run(_args(graph_book, strategy, whole), capture_output=True, text=True, timeout=900)
-    assert ref.returncode == 0, ref.stderr[-2000:]
+    whole = uninterrupted(strategy)
     out = tmp_path / "restarted"
     extra = ["--max-restarts", "1", *(["--checkpoint-every-s", "0.001"] if mid_epoch else [])]
     proc = subprocess.Popen(_args(graph_book, strategy, out, *extra), stdout=subprocess.PIPE,
