@@ -4,7 +4,8 @@ Runs Snakemake in a temporary working directory (``-d``) with
 ``tests/slurm/config.yaml`` (a single-process and a 2-rank data-parallel run, and
 a scorecard over ``tests/slurm/claims.yaml``).  With root and Slurm (marker ``slurm``):
 the same config under ``snakemake --profile cluster`` on a single-node cluster, and the
-default config's 4-rank runs on a 2-node cluster of simulated hosts (docs/cluster.md).
+4-rank runs of ``tests/slurm/two-node.yaml`` on a 2-node cluster of simulated hosts
+(docs/cluster.md).
 """
 
 from __future__ import annotations
@@ -241,8 +242,7 @@ def test_slurm_cluster_run_equals_local_run(local_run, tmp_path):
 
 
 # ------------------------------------------------------------------------------- 2-node Slurm
-DEFAULT = ROOT / "config" / "config.yaml"
-
+TWO_NODE = ROOT / "tests" / "slurm" / "two-node.yaml"
 
 # The launch paths srun can take: our ranks (every strategy of ours starts its ranks through
 # the same srun path of runtime/launch.py, and tests/test_multihost.py runs each strategy
@@ -251,14 +251,14 @@ SPANNING_STRATEGIES = ("data", "distdgl")
 
 
 def spanning_runs() -> list[str]:
-    """The default config's 4-rank runs of the strategies in ``SPANNING_STRATEGIES``."""
+    """The 4-rank runs of ``TWO_NODE``, one per strategy of ``SPANNING_STRATEGIES``."""
     import yaml
 
     from gnnflow.workflow import expand_runs, validate_config
 
-    config = validate_config(yaml.safe_load(DEFAULT.read_text()))
+    config = validate_config(yaml.safe_load(TWO_NODE.read_text()))
     runs = [r for r in expand_runs(config) if r.workers == 4 and r.strategy in SPANNING_STRATEGIES]
-    assert {r.strategy for r in runs} == set(SPANNING_STRATEGIES), runs
+    assert sorted(r.strategy for r in runs) == sorted(SPANNING_STRATEGIES), runs
     return [r.name for r in runs]
 
 
@@ -277,8 +277,8 @@ def test_two_node_slurm_runs_equal_local_runs(tmp_path):
     """`snakemake --profile cluster` on a real 2-node Slurm cluster: two simulated hosts
     (tests/simhosts.py: network namespaces, each with its address and hostname) running
     a slurmd each, slurmctld and Snakemake on the first, the working directory shared,
-    starting from a local run's graph and partitions.  The default config's 4-rank data
-    and DistDGL runs (``SPANNING_STRATEGIES``) are started by srun with ranks 0,1 on
+    starting from a local run's graph and partitions.  The 4-rank data and DistDGL runs of
+    ``tests/slurm/two-node.yaml`` (``SPANNING_STRATEGIES``) are started by srun with ranks 0,1 on
     simhost0 and 2,3 on simhost1 (each node has this machine's cores, so a job of 4
     one-CPU tasks takes both nodes), and their records equal the local runs', the DistDGL
     peer's included (seeded sampling requests and blocks built with one thread:
@@ -292,7 +292,7 @@ def test_two_node_slurm_runs_equal_local_runs(tmp_path):
     runs = spanning_runs()
     targets = run_targets(runs)
     local = tmp_path / "local"
-    proc = snakemake(local, "--until", *targets, config=DEFAULT)
+    proc = snakemake(local, "--until", *targets, config=TWO_NODE)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     work, state = tmp_path / "wf", tmp_path / "slurm"
     # the same graph and partitions (copied with their times, so Snakemake keeps them): only the
@@ -309,7 +309,7 @@ def test_two_node_slurm_runs_equal_local_runs(tmp_path):
             started.append(hosts.popen(k, cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
         up = hosts.run(0, [str(CLUSTER_SH), "wait", str(state), "2"], capture_output=True, text=True, timeout=120)
         assert up.returncode == 0, up.stderr
-        cmd = snakemake_cmd(work, *CLUSTER_ARGS, "--jobs", "2", "--until", *targets, config=DEFAULT, cores=False)
+        cmd = snakemake_cmd(work, *CLUSTER_ARGS, "--jobs", "2", "--until", *targets, config=TWO_NODE, cores=False)
         proc = hosts.run(0, cmd, capture_output=True, text=True, timeout=1500, cwd=ROOT,
                          env=tool_env(SLURM_CONF=conf))
         assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
