@@ -21,7 +21,7 @@ RATES = {
     "layers": {m: {"layer": 1e-3, "gemm": 1e-10, "agg": 1e-9, "edges": 2e-8, "rows": 2e-9}
                for m in ("sage", "gcn", "gat")},
     "step": {"call": 3e-4, "param": 5e-9},
-    "gemm": 2e10, "spmm": 6e8, "op": 5e-6, "threads": 1.5,
+    "gemm": 2e10, "spmm": 6e8, "threads": 1.5,
     "collectives": {"1": {"allreduce_latency": 0.0, "allreduce_byte": 0.0, "latency": 0.0, "byte": 0.0,
                           "latency_cpu": 0.0, "cores": 1.0},
                     "2": {"allreduce_latency": 2e-4, "allreduce_byte": 1e-9, "latency": 3e-4, "byte": 2e-9,
@@ -226,6 +226,13 @@ def test_calibration_file_errors_name_the_file(tmp_path):
     old.write_text(json.dumps({**json.loads(Calibration(**RATES).to_json()), "version": 0}))
     with pytest.raises(ConfigError, match="version 0"):
         read_calibration(old)
+    earlier = tmp_path / "earlier.json"  # a file from before a figure was retired still reads
+    earlier.write_text(json.dumps({**json.loads(Calibration(**RATES).to_json()), "op": 5e-6}))
+    assert read_calibration(earlier).gemm == RATES["gemm"]
+    unknown = tmp_path / "unknown.json"
+    unknown.write_text(json.dumps({**json.loads(Calibration(**RATES).to_json()), "zeta": 1.0}))
+    with pytest.raises(ConfigError, match="unknown.json"):
+        read_calibration(unknown)
 
 
 def test_calibration_pieces_are_fast_and_positive():

@@ -23,8 +23,6 @@ adds to a rate (``rank_<stage>``) too:
 * ``step`` — Adam steps on models of several sizes: ``call + param x weights``;
 * ``gemm`` (multiply-adds/s), ``spmm`` (non-zeros x width/s, the full-batch strategy's CSR tile
   kernel) — raw rates, the full-batch strategy's hand-written layers use them;
-* ``op`` — seconds of one small torch operation called from Python (the unit of per-iteration
-  glue; not read by the cost model now);
 * ``threads`` — wall-time speed-up of forward/backward with all cores' threads over one (what a
   single-process run, which keeps every core's thread, gains);
 * ``collectives`` (:mod:`gnnflow.advise.collectives`) — per rank count P: gloo all-reduce and
@@ -58,6 +56,9 @@ from gnnflow.errors import ConfigError
 log = logging.getLogger("gnnflow.advise")
 VERSION = 1
 MODELS = ("sage", "gcn", "gat")
+#: fields of earlier calibration files that nothing reads now (dropped when a file is read):
+#: ``op``, seconds of one small torch operation
+RETIRED = ("op",)
 
 
 @dataclass
@@ -74,7 +75,6 @@ class Calibration:
     step: dict[str, float] = field(default_factory=dict)
     gemm: float = 0.0
     spmm: float = 0.0
-    op: float = 0.0
     threads: float = 1.0
     collectives: dict[str, dict[str, float]] = field(default_factory=dict)
     dgl: dict[str, float] = field(default_factory=dict)
@@ -135,6 +135,8 @@ def read_calibration(path: str | os.PathLike[str]) -> Calibration:
         raise ConfigError(f"--calibration {path}: no such file; write one with gnnflow advise --calibrate --out {path}")
     try:
         data = json.loads(p.read_text())
+        for old in RETIRED:  # figures earlier files hold and nothing reads now
+            data.pop(old, None)
         cal = Calibration(**data)
     except (ValueError, TypeError) as exc:
         raise ConfigError(f"--calibration {path}: not a calibration file ({exc}); rerun gnnflow advise "
@@ -360,8 +362,8 @@ def calibrate_step() -> dict[str, float]:
     return {"call": float(coef[0]), "param": float(coef[1])}
 
 
-def calibrate_raw(indptr: np.ndarray, indices: np.ndarray) -> tuple[float, float, float]:
-    """(dense multiply-adds/s, the CSR tile kernel's non-zeros x width/s, seconds per small op)."""
+def calibrate_raw(indptr: np.ndarray, indices: np.ndarray) -> tuple[float, float]:
+    """(dense multiply-adds/s, the CSR tile kernel's non-zeros x width/s)."""
     from gnnflow.strategies.fullbatch.spmm import csr_tiles
 
     a, b = torch.randn(4096, 256), torch.randn(256, 256)
@@ -373,9 +375,7 @@ def calibrate_raw(indptr: np.ndarray, indices: np.ndarray) -> tuple[float, float
     x = torch.randn(n, 64)
     out = torch.empty(n, 64)
     spmm = row.shape[0] * 64 / cpu_time(lambda: tile.mm_into(x, out, False))
-    small = torch.randn(16)
-    op = cpu_time(lambda: [small.add(1.0) for _ in range(200)], 5) / 200
-    return float(gemm), float(spmm), float(op)
+    return float(gemm), float(spmm)
 
 
 def calibrate_threads(indptr: np.ndarray, indices: np.ndarray) -> float:
@@ -485,7 +485,7 @@ def calibrate(workers: list[int], device: str = "cpu", models: tuple[str, ...] =
         cal.layers = calibrate_layers(indptr, indices, models, "cpu", progress)
         cal.step = calibrate_step()
         progress("calibrating: raw rates")
-        cal.gemm, cal.spmm, cal.op = calibrate_raw(indptr, indices)
+        cal.gemm, cal.spmm = calibrate_raw(indptr, indices)
         progress("calibrating: DGL")
         cal.dgl = calibrate_dgl(indptr, indices)
     finally:
