@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 
+import pytest
+
 from gnnflow.runtime.processes import (
     HUGEPAGES_TUNABLE,
     TUNABLES_ENV,
@@ -32,3 +34,49 @@ def test_environ_set_restores_the_variable_as_it_was(monkeypatch):
     assert os.environ["GNNFLOW_TEST_VAR"] == "before"
     with environ_set("GNNFLOW_TEST_VAR", None):  # None: leave it alone
         assert os.environ["GNNFLOW_TEST_VAR"] == "before"
+
+
+def test_mmap_threshold_setting(monkeypatch):
+    from gnnflow.errors import ConfigError
+    from gnnflow.runtime.processes import MMAP_THRESHOLD, MMAP_THRESHOLD_ENV, mmap_threshold
+
+    monkeypatch.delenv(MMAP_THRESHOLD_ENV, raising=False)
+    assert mmap_threshold() == MMAP_THRESHOLD == 256 << 10
+    for text, want in (("4M", 4 << 20), ("512k", 512 << 10), ("100000", 100000), ("glibc", None)):
+        monkeypatch.setenv(MMAP_THRESHOLD_ENV, text)
+        assert mmap_threshold() == want, text
+    for bad in ("64M", "0", "-1K", "lots"):
+        monkeypatch.setenv(MMAP_THRESHOLD_ENV, bad)
+        with pytest.raises(ConfigError, match=MMAP_THRESHOLD_ENV):
+            mmap_threshold()
+
+
+_REUSE = """
+import ctypes, sys
+from gnnflow.runtime.processes import tune_allocator
+class Info(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_size_t) for n in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks",
+                                              "fsmblks", "uordblks", "fordblks", "keepcost")]
+libc = ctypes.CDLL("libc.so.6")
+libc.malloc.restype = ctypes.c_void_p
+libc.free.argtypes = [ctypes.c_void_p]
+libc.mallinfo2.restype = Info
+tune_allocator()
+libc.free(libc.malloc(1 << 20))  # glibc's own threshold rises to 1 MiB when a mapped block is freed
+before = libc.mallinfo2().hblks
+block = libc.malloc(1 << 20)
+print(libc.mallinfo2().hblks - before)  # mapped for this block
+"""
+
+
+@pytest.mark.parametrize("setting,mapped", [("", 1), ("glibc", 0)])
+def test_a_fixed_threshold_maps_every_large_block_afresh(setting, mapped):
+    """With the threshold fixed a freed 1 MiB block is mapped again the next time; with glibc's
+    dynamic threshold the next one comes from the heap."""
+    import subprocess
+    import sys
+
+    env = dict(os.environ, GNNFLOW_MMAP_THRESHOLD=setting)
+    done = subprocess.run([sys.executable, "-c", _REUSE], capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert int(done.stdout) == mapped

@@ -35,6 +35,8 @@ import tempfile
 import uuid
 from collections.abc import Iterator, Mapping
 
+from gnnflow.errors import ConfigError
+
 TAG_ENV = "GNNFLOW_RUN_TAG"
 SHM_ROOT = "/dev/shm"
 
@@ -62,10 +64,30 @@ def set_process_name(name: str) -> None:
 
 #: allocations from this size on are served by mmap and unmapped when freed (glibc M_MMAP_THRESHOLD)
 MMAP_THRESHOLD = 256 << 10
+MMAP_THRESHOLD_ENV = "GNNFLOW_MMAP_THRESHOLD"
+
+
+def mmap_threshold() -> int | None:
+    """The threshold :func:`tune_allocator` sets: ``GNNFLOW_MMAP_THRESHOLD`` (bytes, ``K``/``M``
+    suffixes, at most glibc's 32 MiB; ``glibc``: none, glibc's own dynamic threshold), by default
+    :data:`MMAP_THRESHOLD`."""
+    text = os.environ.get(MMAP_THRESHOLD_ENV, "").strip()
+    if not text:
+        return MMAP_THRESHOLD
+    if text.lower() == "glibc":
+        return None
+    scale = {"k": 1 << 10, "m": 1 << 20}.get(text[-1].lower(), 1)
+    try:
+        value = int(text[:-1] if scale > 1 else text) * scale
+    except ValueError:
+        value = -1
+    if not 0 < value <= 32 << 20:
+        raise ConfigError(f"{MMAP_THRESHOLD_ENV}={text!r}: give bytes up to 32M (e.g. 256K, 4M) or 'glibc'")
+    return value
 
 
 def tune_allocator() -> None:
-    """Serve allocations of :data:`MMAP_THRESHOLD` bytes and more with mmap in this process.
+    """Serve allocations of :func:`mmap_threshold` bytes and more with mmap in this process.
 
     glibc raises its mmap threshold dynamically (up to 32 MiB) after freeing mapped
     blocks; from then on multi-MiB arrays come from the heap and per-thread arenas, where
@@ -74,9 +96,12 @@ def tune_allocator() -> None:
     the dynamic adjustment) returns every large buffer when it is freed, at the cost of
     fresh page faults when the next one is made.
     """
+    threshold = mmap_threshold()
+    if threshold is None:
+        return
     try:
         libc = ctypes.CDLL("libc.so.6")
-        libc.mallopt(-3, MMAP_THRESHOLD)  # M_MMAP_THRESHOLD
+        libc.mallopt(-3, threshold)  # M_MMAP_THRESHOLD
     except (OSError, AttributeError):  # pragma: no cover - not glibc
         pass
 
