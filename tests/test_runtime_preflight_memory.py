@@ -194,16 +194,19 @@ def measured_graph(tmp_path_factory):
 def test_estimate_within_25_percent_of_the_measured_peak(measured_graph, strategy, tmp_path):
     graph, book = measured_graph
     model = ["--model", "gcn", "--hidden", "256", "--layers", "2"] if strategy == "fullbatch" else SAGE3
+    # a pipeline holds its most batches when its sampler gets ahead of training, which a busy host
+    # may not allow in an epoch of 3 batches a rank: 2 epochs give it 6 chances
+    epochs = "1" if strategy == "fullbatch" else "2"
     out = tmp_path / "run"
     proc = _train("--strategy", strategy, "--graph", graph, "--partition", book, "--workers", "2", *model,
-                  "--batch-size", "2000", "--epochs", "1", "--out", str(out), timeout=600)
+                  "--batch-size", "2000", "--epochs", epochs, "--eval-every", epochs, "--out", str(out), timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     run = json.loads((out / "run.json").read_text())
     cfg = TrainConfig.from_dict(run["config"])
     est = strategy_class(cfg.strategy).estimate_memory(cfg)
     rows = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
-    assert len(rows) == 2
-    for row in rows:
+    assert len(rows) == 2 * int(epochs)
+    for row in rows[-2:]:  # the peak so far (VmHWM) at the end of the run
         measured = row["mem_peak_rss_mib"] * MIB
         predicted = est.rank_peak(row["rank"])
         what = (f"{strategy} rank {row['rank']}: predicted {predicted / MIB:.0f} MiB, measured "
