@@ -20,9 +20,16 @@ from conftest import rank_processes, synthetic_graph_book, unmeasured_records
 TESTS = Path(__file__).resolve().parent
 
 
-def parent_pid(ctx) -> int:
-    """A rank's parent: the fork server it was forked from."""
-    return os.getppid()
+def parent_pid(ctx) -> list[int]:
+    """A rank's parent (the fork server it was forked from), and 1 when the rank could start
+    processes from that server in turn (its lock is free: no lock was held across the fork)."""
+    from multiprocessing import forkserver
+
+    lock = forkserver._forkserver._lock
+    free = lock.acquire(blocking=False)
+    if free:
+        lock.release()
+    return [os.getppid(), int(free)]
 
 
 SCRIPT = """
@@ -57,7 +64,7 @@ def _run_script(mode: str) -> dict:
 def test_the_fork_server_is_a_fork_of_the_launcher():
     got = _run_script("plain")
     assert got["prestarted"] is True
-    assert got["parents"] == [got["server"], got["server"]]  # the ranks came from that server
+    assert got["parents"] == [[got["server"], 1], [got["server"], 1]]  # the ranks came from that server
     assert got["server_parent"] == got["me"]
     assert got["server_cmdline"] == got["my_cmdline"]  # a fork: no new interpreter was started
     try:  # it ends with its launcher
@@ -69,7 +76,7 @@ def test_the_fork_server_is_a_fork_of_the_launcher():
 def test_no_fork_of_the_launcher_while_a_thread_runs():
     got = _run_script("thread")
     assert got["prestarted"] is False
-    assert got["parents"] == [got["server"], got["server"]]
+    assert got["parents"] == [[got["server"], 1], [got["server"], 1]]
     assert "from multiprocessing.forkserver import main" in " ".join(got["server_cmdline"])  # the usual server
 
 

@@ -100,7 +100,7 @@ def _can_fork_server(server: Any) -> str | None:
     if threading.active_count() != 1:
         return "threads run"
     if list(inspect.signature(forkserver.main).parameters) != _SERVER_MAIN_PARAMS or not all(
-            hasattr(server, a) for a in ("_forkserver_address", "_forkserver_alive_fd", "_lock")):
+            hasattr(server, a) for a in ("_forkserver_address", "_forkserver_alive_fd", "_forkserver_pid")):
         return f"multiprocessing of Python {sys.version_info.major}.{sys.version_info.minor} differs"
     return None
 
@@ -118,38 +118,39 @@ def prestart_fork_server() -> bool:
     for name in FORKSERVER_PRELOAD:
         importlib.import_module(name)
     quiet_resource_tracker()  # before the fork: the server and the ranks share this one
-    with server._lock:
-        listener = socket.socket(socket.AF_UNIX)
-        address = connection.arbitrary_address("AF_UNIX")
-        listener.bind(address)
-        if not util.is_abstract_socket_namespace(address):
-            os.chmod(address, 0o600)
-        listener.listen()
-        alive_r, alive_w = os.pipe()  # the server exits when every holder of alive_w has
-        sys.stdout.flush()
-        sys.stderr.flush()
-        with warnings.catch_warnings():  # Python 3.12 warns of native threads (OpenBLAS's idle
-            warnings.simplefilter("ignore", DeprecationWarning)  # pool, fork-safe) at fork
-            pid = os.fork()
-        if pid == 0:  # the server: what a fresh interpreter would be after its imports
-            try:
-                os.close(alive_w)
-                atexit._clear()  # the launcher's exit handlers are not the server's or a rank's
-                for sig in signal.valid_signals():  # as exec would: caught signals to default
-                    if callable(signal.getsignal(sig)):
-                        signal.signal(sig, signal.SIG_DFL)
-                forkserver.main(listener.fileno(), alive_r, [])  # ends with SystemExit
-            except SystemExit:
-                pass
-            except BaseException:  # noqa: BLE001 - the server must never return into the launcher
-                import traceback
+    # no lock taken: one thread runs (checked), and a lock held across the fork would stay held
+    # in the server and in every rank it forks
+    listener = socket.socket(socket.AF_UNIX)
+    address = connection.arbitrary_address("AF_UNIX")
+    listener.bind(address)
+    if not util.is_abstract_socket_namespace(address):
+        os.chmod(address, 0o600)
+    listener.listen()
+    alive_r, alive_w = os.pipe()  # the server exits when every holder of alive_w closed it
+    sys.stdout.flush()
+    sys.stderr.flush()
+    with warnings.catch_warnings():  # Python 3.12 warns of native threads (OpenBLAS's idle
+        warnings.simplefilter("ignore", DeprecationWarning)  # pool, fork-safe) at fork
+        pid = os.fork()
+    if pid == 0:  # the server: what a fresh interpreter would be after its imports
+        try:
+            os.close(alive_w)
+            atexit._clear()  # the launcher's exit handlers are not the server's or a rank's
+            for sig in signal.valid_signals():  # as exec would: caught signals to default
+                if callable(signal.getsignal(sig)):
+                    signal.signal(sig, signal.SIG_DFL)
+            forkserver.main(listener.fileno(), alive_r, [])  # ends with SystemExit
+        except SystemExit:
+            pass
+        except BaseException:  # noqa: BLE001 - the server must never return into the launcher
+            import traceback
 
-                traceback.print_exc()
-            finally:
-                os._exit(0)
-        os.close(alive_r)
-        listener.close()
-        server._forkserver_address = address
-        server._forkserver_alive_fd = alive_w
-        server._forkserver_pid = pid
+            traceback.print_exc()
+        finally:
+            os._exit(0)
+    os.close(alive_r)
+    listener.close()
+    server._forkserver_address = address
+    server._forkserver_alive_fd = alive_w
+    server._forkserver_pid = pid
     return True
