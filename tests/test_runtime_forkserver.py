@@ -85,7 +85,7 @@ def graph_book(tmp_path_factory):
     return synthetic_graph_book(tmp_path_factory.mktemp("forkserver"), 1024, "metis", 2)
 
 
-def _train(graph_book, out: Path, *extra: str, env: dict[str, str] | None = None) -> list[str]:
+def _train(graph_book, out: Path, *extra: str) -> list[str]:
     graph, book = graph_book
     return [sys.executable, "-m", "gnnflow.cli", "train", "--strategy", "data", "--graph", graph, "--partition",
             book, "--workers", "2", "--batch-size", "64", "--hidden", "8", "--seed", "0", "--run-id", "r", "--out", str(out), *extra]
