@@ -21,15 +21,16 @@ TESTS = Path(__file__).resolve().parent
 
 
 def parent_pid(ctx) -> list[int]:
-    """A rank's parent (the fork server it was forked from), and 1 when the rank could start
-    processes from that server in turn (its lock is free: no lock was held across the fork)."""
+    """A rank's parent (the fork server it was forked from), 1 when the rank could start
+    processes from that server in turn (its lock is free: no lock was held across the fork),
+    and 1 when the rank found ``torch._dynamo`` imported (by the server: SERVER_PRELOAD)."""
     from multiprocessing import forkserver
 
     lock = forkserver._forkserver._lock
     free = lock.acquire(blocking=False)
     if free:
         lock.release()
-    return [os.getppid(), int(free)]
+    return [os.getppid(), int(free), int("torch._dynamo" in sys.modules)]
 
 
 SCRIPT = """
@@ -48,7 +49,8 @@ with open(f"/proc/{server}/cmdline", "rb") as f:
     cmdline = f.read().decode().split("\\0")[:-1]
 print(json.dumps({"prestarted": prestarted, "parents": parents, "server": server, "me": os.getpid(),
                   "server_parent": int(open(f"/proc/{server}/stat").read().rsplit(")", 1)[1].split()[1]),
-                  "server_cmdline": cmdline, "my_cmdline": sys.orig_argv}))
+                  "server_cmdline": cmdline, "my_cmdline": sys.orig_argv,
+                  "my_dynamo": "torch._dynamo" in sys.modules}))
 if sys.argv[1] == "thread":
     stop.set()
 """
@@ -64,7 +66,9 @@ def _run_script(mode: str) -> dict:
 def test_the_fork_server_is_a_fork_of_the_launcher():
     got = _run_script("plain")
     assert got["prestarted"] is True
-    assert got["parents"] == [[got["server"], 1], [got["server"], 1]]  # the ranks came from that server
+    # the ranks came from that server, which imported torch._dynamo for them (the launcher did not)
+    assert got["parents"] == [[got["server"], 1, 1], [got["server"], 1, 1]]
+    assert got["my_dynamo"] is False
     assert got["server_parent"] == got["me"]
     assert got["server_cmdline"] == got["my_cmdline"]  # a fork: no new interpreter was started
     try:  # it ends with its launcher
@@ -76,7 +80,7 @@ def test_the_fork_server_is_a_fork_of_the_launcher():
 def test_no_fork_of_the_launcher_while_a_thread_runs():
     got = _run_script("thread")
     assert got["prestarted"] is False
-    assert got["parents"] == [[got["server"], 1], [got["server"], 1]]
+    assert got["parents"] == [[got["server"], 1, 1], [got["server"], 1, 1]]
     assert "from multiprocessing.forkserver import main" in " ".join(got["server_cmdline"])  # the usual server
 
 

@@ -14,7 +14,6 @@ import logging
 import sys
 
 from gnnflow.errors import GnnflowError, Terminated
-from gnnflow.io import configure_logging
 
 # subcommand -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -77,6 +76,8 @@ def _exec_with_huge_pages() -> None:
 def main(argv: list[str] | None = None) -> int:
     if argv is None:  # the command line (not a call from Python, e.g. a test)
         _exec_with_huge_pages()
+    from gnnflow.io import configure_logging  # numpy: after the exec above, not twice
+
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
     # Parse only the global part; the subcommand's module parses the rest.

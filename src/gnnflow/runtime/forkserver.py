@@ -7,7 +7,8 @@ of every run).  The server is multiprocessing's fork server (``forkserver`` star
 * :func:`prestart_fork_server` — ``gnnflow train`` and ``gnnflow verify`` call it first thing: the
   server is then a fork of the launcher itself, made before the launcher has started a thread,
   a process or a torch operation, in the same state as a fresh server after its imports (the
-  modules of :data:`FORKSERVER_PRELOAD` imported, no Python thread, no CUDA, no thread pool).
+  modules of :data:`FORKSERVER_PRELOAD` imported, no Python thread, no CUDA, no thread pool);
+  it imports :data:`SERVER_PRELOAD` itself, while the launcher goes on.
   multiprocessing's own way starts a new interpreter that imports torch again: another 1.5-2.5
   CPU seconds of every command that trains, which this saves.
 * otherwise (a launcher inside another program, e.g. a test or ``gnnflow bench``, or a Python
@@ -37,6 +38,11 @@ from gnnflow.runtime.processes import environ_set
 
 #: what the fork server imports once, so that a rank starts without importing torch again
 FORKSERVER_PRELOAD = ("gnnflow.runtime.launch", "gnnflow.strategies.driver")
+#: what every rank imports as it trains and the launcher does not: ``torch.optim``'s optimizers
+#: import ``torch._dynamo`` on their first call (its ``disable`` wrappers), 1.8-2.3 CPU seconds of
+#: each rank; the server imports it once, after the launcher forked it (in parallel with the
+#: launcher's preflight), or with the usual server's imports
+SERVER_PRELOAD = ("torch._dynamo",)
 
 #: ``multiprocessing.forkserver.main``'s parameters this module drives (CPython 3.9-3.12)
 _SERVER_MAIN_PARAMS = ["listener_fd", "alive_r", "preload", "main_path", "sys_path"]
@@ -56,7 +62,7 @@ def rank_start_context() -> Any:
     method = start_method()
     ctx = mp.get_context(method)
     if method == "forkserver":
-        ctx.set_forkserver_preload(list(FORKSERVER_PRELOAD))
+        ctx.set_forkserver_preload([*FORKSERVER_PRELOAD, *SERVER_PRELOAD])
     return ctx
 
 
@@ -139,7 +145,7 @@ def prestart_fork_server() -> bool:
             for sig in signal.valid_signals():  # as exec would: caught signals to default
                 if callable(signal.getsignal(sig)):
                     signal.signal(sig, signal.SIG_DFL)
-            forkserver.main(listener.fileno(), alive_r, [])  # ends with SystemExit
+            forkserver.main(listener.fileno(), alive_r, list(SERVER_PRELOAD))  # ends with SystemExit
         except SystemExit:
             pass
         except BaseException:  # noqa: BLE001 - the server must never return into the launcher
