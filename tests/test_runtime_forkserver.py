@@ -40,7 +40,7 @@ if sys.argv[1] == "thread":
     stop = threading.Event()
     threading.Thread(target=stop.wait, daemon=True).start()
 from gnnflow.runtime.forkserver import prestart_fork_server
-prestarted = prestart_fork_server()
+prestarted = prestart_fork_server(trains_here=sys.argv[1] == "trains_here")
 from gnnflow.runtime.launch import run_ranks
 from test_runtime_forkserver import parent_pid
 parents = run_ranks(parent_pid, 2)
@@ -63,12 +63,14 @@ def _run_script(mode: str) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def test_the_fork_server_is_a_fork_of_the_launcher():
-    got = _run_script("plain")
+@pytest.mark.parametrize("mode", ["plain", "trains_here"])
+def test_the_fork_server_is_a_fork_of_the_launcher(mode):
+    got = _run_script(mode)
     assert got["prestarted"] is True
-    # the ranks came from that server, which imported torch._dynamo for them (the launcher did not)
+    # the ranks came from that server, which imported torch._dynamo for them: after the fork, or
+    # (a launcher that trains too, verify) the launcher before it
     assert got["parents"] == [[got["server"], 1, 1], [got["server"], 1, 1]]
-    assert got["my_dynamo"] is False
+    assert got["my_dynamo"] is (mode == "trains_here")
     assert got["server_parent"] == got["me"]
     assert got["server_cmdline"] == got["my_cmdline"]  # a fork: no new interpreter was started
     try:  # it ends with its launcher

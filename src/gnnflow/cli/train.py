@@ -28,10 +28,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> int:
     from gnnflow.runtime.forkserver import prestart_fork_server
     from gnnflow.runtime.hosts import apply_node_arguments
+    from gnnflow.strategies.base import strategy_class
     from gnnflow.strategies.driver import run_training
 
-    prestart_fork_server()  # before this process has a thread (gnnflow.runtime.forkserver)
     cfg = config_from_args(args)
+    if strategy_class(cfg.strategy).distributed:  # it starts ranks (else it trains in this process)
+        prestart_fork_server()  # before this process has a thread (gnnflow.runtime.forkserver)
     apply_node_arguments(args)  # the memory preflight counts this host's share of the ranks
     records = run_training(cfg)
     last = [r for r in records if r.rank == 0]

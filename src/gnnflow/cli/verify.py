@@ -61,7 +61,8 @@ def main(args: argparse.Namespace) -> int:
     from gnnflow.runtime.hosts import apply_node_arguments
     from gnnflow.strategies.verify import check_of
 
-    prestart_fork_server()  # before this process has a thread (gnnflow.runtime.forkserver)
+    # before this process has a thread (gnnflow.runtime.forkserver); it trains the reference too
+    prestart_fork_server(trains_here=True)
 
     if args.strategy not in STRATEGIES:
         raise ConfigError(f"--strategy: unknown strategy {args.strategy!r}; choose one of {', '.join(STRATEGIES)}")

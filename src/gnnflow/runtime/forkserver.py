@@ -111,17 +111,19 @@ def _can_fork_server(server: Any) -> str | None:
     return None
 
 
-def prestart_fork_server() -> bool:
+def prestart_fork_server(trains_here: bool = False) -> bool:
     """Make this process's fork server a fork of this process (module docstring); False, and
     nothing done, where it cannot be (another start method, a server already running, a Python
     thread running, an unknown multiprocessing, ranks started by srun or torchrun): the server
-    then starts the usual way, if at all."""
+    then starts the usual way, if at all.  ``trains_here``: this process will train too (verify's
+    single-process reference), so it imports :data:`SERVER_PRELOAD` itself, before the fork,
+    and the server has it from there."""
     from multiprocessing import connection, forkserver, util
 
     server = forkserver._forkserver
     if _can_fork_server(server) is not None:
         return False
-    for name in FORKSERVER_PRELOAD:
+    for name in (*FORKSERVER_PRELOAD, *(SERVER_PRELOAD if trains_here else ())):
         importlib.import_module(name)
     quiet_resource_tracker()  # before the fork: the server and the ranks share this one
     # no lock taken: one thread runs (checked), and a lock held across the fork would stay held
@@ -145,7 +147,8 @@ def prestart_fork_server() -> bool:
             for sig in signal.valid_signals():  # as exec would: caught signals to default
                 if callable(signal.getsignal(sig)):
                     signal.signal(sig, signal.SIG_DFL)
-            forkserver.main(listener.fileno(), alive_r, list(SERVER_PRELOAD))  # ends with SystemExit
+            # ends with SystemExit; imports what it has not yet (SERVER_PRELOAD) first
+            forkserver.main(listener.fileno(), alive_r, [m for m in SERVER_PRELOAD if m not in sys.modules])
         except SystemExit:
             pass
         except BaseException:  # noqa: BLE001 - the server must never return into the launcher
