@@ -2,18 +2,26 @@
 
 from __future__ import annotations
 
+import os
 import time
 
 import psutil
 import pytest
 
 
-def _dgl_servers() -> list[psutil.Process]:
+def _dgl_servers(root) -> list[psutil.Process]:
+    """The live DistDGL server processes of the books under ``root`` (whatever started them:
+    other tests may run other servers beside this one)."""
     out = []
     for p in psutil.process_iter(["cmdline"]):
         cmd = " ".join(p.info["cmdline"] or [])
         if "gnnflow.strategies.distdgl" in cmd and cmd.endswith("server"):
-            out.append(p)
+            try:
+                conf = p.environ().get("DGL_CONF_PATH", "")
+            except (psutil.NoSuchProcess, psutil.AccessDenied):
+                continue
+            if conf.startswith(f"{root}{os.sep}"):
+                out.append(p)
     return out
 
 
@@ -24,7 +32,6 @@ def test_distdgl_trains_on_the_partition_book_and_cleans_up(tmp_path):
     from gnnflow.partition.api import partition_graph
     from gnnflow.strategies.driver import run_training
 
-    before = {p.pid for p in _dgl_servers()}
     store = prepare_synthetic(tmp_path / "graph", num_nodes=4096)
     book = partition_graph(store.path, "metis", 2, tmp_path / "book", seed=0)
     records = run_training(TrainConfig(graph=str(store.path), strategy="distdgl", partition=str(book.path),
@@ -35,7 +42,7 @@ def test_distdgl_trains_on_the_partition_book_and_cleans_up(tmp_path):
     assert last[0].test_acc > 0.5  # learned something (8 classes)
     assert (book.path.parent / f"{book.path.name}.dgl" / "gnnflow.json").exists()
     time.sleep(2)
-    assert {p.pid for p in _dgl_servers()} <= before
+    assert not _dgl_servers(tmp_path)
 
 
 @pytest.mark.slow
