@@ -209,20 +209,37 @@ def _skip_without_slurm() -> None:
         pytest.skip(f"needs root and Slurm ({', '.join(missing) or 'not root'}); scripts/setup-env.sh --test installs it")
 
 
+@pytest.fixture
+def slurm_state(tmp_path):
+    """A short directory for the test cluster's state: slurmstepd makes a Unix socket per job
+    step in its spool there, and a socket path holds 108 bytes at most (a deep ``tmp_path``,
+    e.g. a pytest-xdist worker's, is too long: the step fails and its job is requeued for
+    ever).  Its logs are kept in ``tmp_path / "slurm-logs"``."""
+    import tempfile
+
+    state = Path(tempfile.mkdtemp(prefix="gfslurm-", dir="/tmp"))
+    try:
+        yield state
+    finally:
+        if (state / "log").is_dir():
+            shutil.copytree(state / "log", tmp_path / "slurm-logs", dirs_exist_ok=True)
+        shutil.rmtree(state, ignore_errors=True)
+
+
 def cluster_sh(action: str, state: Path, *args: str) -> None:
     done = subprocess.run([str(CLUSTER_SH), action, str(state), *args], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
 
 
 @pytest.mark.slurm
-def test_slurm_cluster_run_equals_local_run(local_run, tmp_path):
+def test_slurm_cluster_run_equals_local_run(local_run, tmp_path, slurm_state):
     """`snakemake --profile cluster` on a real single-node Slurm cluster (munge +
     slurmctld + slurmd on localhost, no accounting daemon), with the 2-rank
     training rule started by srun; the records equal the local run's."""
     import pandas as pd
 
     _skip_without_slurm()
-    state = tmp_path / "slurm"
+    state = slurm_state
     cluster_sh("start", state)
     try:
         env = tool_env(SLURM_CONF=str(state / "slurm.conf"))
@@ -273,7 +290,7 @@ def rank_hosts(log: str) -> dict[int, str]:
 
 
 @pytest.mark.slurm
-def test_two_node_slurm_runs_equal_local_runs(tmp_path):
+def test_two_node_slurm_runs_equal_local_runs(tmp_path, slurm_state):
     """`snakemake --profile cluster` on a real 2-node Slurm cluster: two simulated hosts
     (tests/simhosts.py: network namespaces, each with its address and hostname) running
     a slurmd each, slurmctld and Snakemake on the first, the working directory shared,
@@ -294,7 +311,7 @@ def test_two_node_slurm_runs_equal_local_runs(tmp_path):
     local = tmp_path / "local"
     proc = snakemake(local, "--until", *targets, config=TWO_NODE)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
-    work, state = tmp_path / "wf", tmp_path / "slurm"
+    work, state = tmp_path / "wf", slurm_state
     # the same graph and partitions (copied with their times, so Snakemake keeps them): only the
     # training jobs go through Slurm (the single-node test runs every other rule there)
     shutil.copytree(local / "results" / "data", work / "results" / "data")
