@@ -4,11 +4,13 @@ A rank is forked from a server process that imported torch and the training driv
 spawned rank imports torch again (2-3 CPU seconds each, with 4 ranks on 2 cores several seconds
 of every run).  The server is multiprocessing's fork server (``forkserver`` start method):
 
-* :func:`prestart_fork_server` — ``gnnflow train`` and ``gnnflow verify`` call it first thing: the
+* :func:`prestart_fork_server` — ``gnnflow verify``, and ``gnnflow train`` for a strategy that
+  starts ranks, call it before anything else runs (``train`` parses its settings first): the
   server is then a fork of the launcher itself, made before the launcher has started a thread,
   a process or a torch operation, in the same state as a fresh server after its imports (the
   modules of :data:`FORKSERVER_PRELOAD` imported, no Python thread, no CUDA, no thread pool);
-  it imports :data:`SERVER_PRELOAD` itself, while the launcher goes on.
+  it imports :data:`SERVER_PRELOAD` itself while the launcher goes on (verify's launcher, which
+  trains the reference too, imports them before the fork).
   multiprocessing's own way starts a new interpreter that imports torch again: another 1.5-2.5
   CPU seconds of every command that trains, which this saves.
 * otherwise (a launcher inside another program, e.g. a test or ``gnnflow bench``, or a Python
