@@ -34,7 +34,8 @@ def test_distdgl_trains_on_the_partition_book_and_cleans_up(tmp_path, monkeypatc
     from gnnflow.partition.api import partition_graph
     from gnnflow.strategies.driver import run_training
 
-    monkeypatch.setenv(MARK, str(tmp_path))
+    mark = str(tmp_path)
+    monkeypatch.setenv(MARK, mark)
     store = prepare_synthetic(tmp_path / "graph", num_nodes=4096)
     book = partition_graph(store.path, "metis", 2, tmp_path / "book", seed=0)
     records = run_training(TrainConfig(graph=str(store.path), strategy="distdgl", partition=str(book.path),
@@ -45,7 +46,7 @@ def test_distdgl_trains_on_the_partition_book_and_cleans_up(tmp_path, monkeypatc
     assert last[0].test_acc > 0.5  # learned something (8 classes)
     assert (book.path.parent / f"{book.path.name}.dgl" / "gnnflow.json").exists()
     time.sleep(2)
-    assert not _dgl_servers(tmp_path)
+    assert not _dgl_servers(mark)
 
 
 @pytest.mark.slow
