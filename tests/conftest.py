@@ -170,6 +170,16 @@ def forkserver_pid() -> int | None:
     return getattr(forkserver._forkserver, "_forkserver_pid", None)
 
 
+def launcher_shm(launcher_pid: int) -> list:
+    """The ``/dev/shm`` entries of a launcher's runs, sorted (each is named after its run's tag,
+    ``gnnflow-<launcher pid>-...``: other runs on the host hold theirs beside)."""
+    from pathlib import Path
+
+    from gnnflow.runtime.processes import SHM_ROOT
+
+    return sorted(Path(SHM_ROOT).glob(f"gnnflow-{launcher_pid}-*"))
+
+
 def own_processes() -> list:
     """This interpreter's live descendants but multiprocessing's resource tracker and fork
     server (they serve this interpreter until it exits)."""

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from conftest import rank_processes, synthetic_graph_book
+from conftest import launcher_shm, rank_processes, synthetic_graph_book
 
 STRATEGY_ARGS = {
     "data": [],
@@ -182,24 +182,17 @@ def test_sigterm_to_the_launcher_stops_every_rank(graph_book, tmp_path, strategy
     assert info["status"] == "failed" and "SIGTERM" in info["error"]
 
 
-def _shm_entries(launcher: int) -> set[str]:
-    """The ``/dev/shm`` entries of the runs of ``launcher`` (named after its run tag,
-    ``gnnflow-<launcher pid>-...``: other tests' runs may hold theirs beside)."""
-    shm = Path("/dev/shm")
-    return {p.name for p in shm.glob(f"gnnflow-{launcher}-*")} if shm.is_dir() else set()
-
-
 @pytest.mark.slow
 def test_failed_swap_run_leaves_no_shared_memory(graph_book, tmp_path):
     out = tmp_path / "run"
     proc = _start(graph_book, out, "dgcl", "--model", "gcn", "--planner", "swap")
     try:
         _wait_training(proc, out)
-        assert _shm_entries(proc.pid), "the swap planner should hold shared memory while it runs"
+        assert launcher_shm(proc.pid), "the swap planner should hold shared memory while it runs"
         _ranks(proc)[0].send_signal(signal.SIGKILL)  # rank 0 made the buffers: it cannot remove them
         err = _finish(proc, 60)
     finally:
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 1 and "rank 0 died" in err, err[-2000:]
-    assert _shm_entries(proc.pid) == set()
+    assert launcher_shm(proc.pid) == []

@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import psutil
 import pytest
-from conftest import synthetic_graph_book, unmeasured_records
+from conftest import launcher_shm, synthetic_graph_book, unmeasured_records
 
 from gnnflow.errors import GnnflowError, StoreError
 from gnnflow.strategies.checkpoint import (
@@ -177,24 +177,23 @@ def test_sigkill_of_a_swap_launcher_leaves_nothing_after_the_next_run(graph_book
          "planner=swap", "--graph", graph, "--partition", book, "--workers", "2", "--epochs", "2000",
          "--eval-every", "1000", "--out", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     pid = launcher.pid
-    mine = lambda: sorted(Path("/dev/shm").glob(f"gnnflow-{pid}-*"))  # noqa: E731
     try:
         deadline = time.monotonic() + 300
-        while not (mine() and _records_lines(out)) and time.monotonic() < deadline:
+        while not (launcher_shm(pid) and _records_lines(out)) and time.monotonic() < deadline:
             time.sleep(0.2)
-        assert mine(), "the swap planner made no shared memory"
+        assert launcher_shm(pid), "the swap planner made no shared memory"
         ranks = psutil.Process(pid).children(recursive=True)
         launcher.send_signal(signal.SIGKILL)
         launcher.communicate()
         psutil.wait_procs(ranks, timeout=30)  # they die with their parent
-        assert mine(), "the entries are left behind until a next run"
+        assert launcher_shm(pid), "the entries are left behind until a next run"
     finally:
         if launcher.poll() is None:
             launcher.kill()
     nxt = _train("--strategy", "data", "--graph", graph, "--partition", book, "--workers", "2", "--epochs", "1",
                  "--out", str(tmp_path / "next"))
     assert nxt.returncode == 0, nxt.stderr[-2000:]
-    assert not mine() and "left by runs whose launcher is gone" in nxt.stderr
+    assert not launcher_shm(pid) and "left by runs whose launcher is gone" in nxt.stderr
 
 
 # ------------------------------------------------------------------------------------ bad inputs
