@@ -74,7 +74,8 @@ def _exec_with_huge_pages() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    if argv is None:  # the command line (not a call from Python, e.g. a test)
+    command_line = argv is None  # the process's command line, not a call from Python (e.g. a test)
+    if command_line:
         _exec_with_huge_pages()
     from gnnflow.io import configure_logging  # numpy: after the exec above, not twice
 
@@ -98,6 +99,9 @@ def main(argv: list[str] | None = None) -> int:
         args.extra = extra
     else:
         args = sub.parse_args(rest)
+    # this process runs the command (not a call from another program): train and verify may fork
+    # it into their ranks' fork server (gnnflow.runtime.forkserver)
+    args.command_line = command_line
     try:
         code = module.main(args)
     except GnnflowError as exc:

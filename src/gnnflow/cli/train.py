@@ -32,7 +32,9 @@ def main(args: argparse.Namespace) -> int:
     from gnnflow.strategies.driver import run_training
 
     cfg = config_from_args(args)
-    if strategy_class(cfg.strategy).distributed:  # it starts ranks (else it trains in this process)
+    # a strategy that starts ranks (`single` trains in this process), run as the command: a call
+    # from another program (a test, a notebook) is not forked into the server
+    if strategy_class(cfg.strategy).distributed and getattr(args, "command_line", False):
         prestart_fork_server()  # before this process has a thread (gnnflow.runtime.forkserver)
     apply_node_arguments(args)  # the memory preflight counts this host's share of the ranks
     records = run_training(cfg)

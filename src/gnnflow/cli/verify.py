@@ -61,8 +61,10 @@ def main(args: argparse.Namespace) -> int:
     from gnnflow.runtime.hosts import apply_node_arguments
     from gnnflow.strategies.verify import check_of
 
-    # before this process has a thread (gnnflow.runtime.forkserver); it trains the reference too
-    prestart_fork_server(trains_here=True)
+    # before this process has a thread (gnnflow.runtime.forkserver); it trains the reference too.
+    # Only as the command: a call from another program (a test) is not forked into the server
+    if getattr(args, "command_line", False):
+        prestart_fork_server(trains_here=True)
 
     if args.strategy not in STRATEGIES:
         raise ConfigError(f"--strategy: unknown strategy {args.strategy!r}; choose one of {', '.join(STRATEGIES)}")

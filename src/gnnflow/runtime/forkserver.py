@@ -5,7 +5,9 @@ spawned rank imports torch again (2-3 CPU seconds each, with 4 ranks on 2 cores 
 of every run).  The server is multiprocessing's fork server (``forkserver`` start method):
 
 * :func:`prestart_fork_server` — ``gnnflow verify``, and ``gnnflow train`` for a strategy that
-  starts ranks, call it before anything else runs (``train`` parses its settings first): the
+  starts ranks, run as commands (not ``gnnflow.cli.main([...])`` called from another program,
+  whose process may be large: a test's, a notebook's), call it before anything else runs
+  (``train`` parses its settings first): the
   server is then a fork of the launcher itself, made before the launcher has started a thread,
   a process or a torch operation, in the same state as a fresh server after its imports (the
   modules of :data:`FORKSERVER_PRELOAD` imported, no Python thread, no CUDA, no thread pool);
