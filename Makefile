@@ -11,11 +11,13 @@ run:
 	scripts/setup-env.sh
 	.venv/bin/snakemake --profile profiles/default
 
-# Install (with test tools) if needed, lint every module, then run the test suite.
+# Install (with test tools) if needed, lint every module, then run the test suite in
+# TEST_WORKERS pytest-xdist workers (a test file stays in one worker: its fixtures are built once).
+TEST_WORKERS ?= 2
 test:
 	scripts/setup-env.sh --test
 	.venv/bin/ruff check src tests
-	.venv/bin/python -m pytest -q $(PYTEST_ARGS)
+	.venv/bin/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 lint:
 	.venv/bin/ruff check src tests

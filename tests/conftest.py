@@ -212,3 +212,31 @@ def no_leftovers():
             time.sleep(0.5)
 
     return check
+
+
+# ------------------------------------------------------------------------------ tests measuring peaks
+# `make test` runs the suite in two pytest-xdist workers.  A test marked ``quiet`` measures a
+# process's peak memory, which depends on what else runs: a pipeline holds its most batches only
+# when its sampler gets ahead of training.  It runs alone: it takes this lock exclusively (after the
+# other worker's current test ends), every other test takes it shared.  The turnstile keeps new
+# shared holders out while an exclusive one waits.  Without xdist there is one worker, no lock.
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    import fcntl
+
+    run = os.environ.get("PYTEST_XDIST_TESTRUNUID")
+    if not run:
+        yield
+        return
+    folder = item.config._tmp_path_factory.getbasetemp().parent  # shared by the run's workers
+    quiet = item.get_closest_marker("quiet") is not None
+    with open(folder / f"quiet-{run}.turn", "a") as turn, open(folder / f"quiet-{run}.lock", "a") as lock:
+        fcntl.flock(turn, fcntl.LOCK_EX)
+        fcntl.flock(lock, fcntl.LOCK_EX if quiet else fcntl.LOCK_SH)
+        if not quiet:
+            fcntl.flock(turn, fcntl.LOCK_UN)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+            fcntl.flock(turn, fcntl.LOCK_UN)

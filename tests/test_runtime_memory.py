@@ -69,6 +69,7 @@ def _memory_rank(ctx, cfg_dict, iterations):
 
 
 @pytest.mark.slow
+@pytest.mark.quiet
 def test_rank_peak_rss_is_well_under_graph_size(tmp_path):
     from gnnflow.data.synthetic import prepare_synthetic
     from gnnflow.partition.api import partition_graph

@@ -152,6 +152,7 @@ def test_estimate_terms_follow_the_sizes():
         assert "MiB per rank" in est.line()
 
 
+@pytest.mark.quiet
 def test_baseline_term_matches_a_rank_on_a_tiny_graph(tmp_path):
     """The constant term: on a tiny graph every other term is near zero, so a rank's measured
     peak is the baseline (interpreter, torch, gloo groups, pipeline threads)."""
@@ -190,6 +191,7 @@ def measured_graph(tmp_path_factory):
     return str(store.path), str(book.path)
 
 
+@pytest.mark.quiet
 @pytest.mark.parametrize("strategy", ["data", "fullbatch"])
 def test_estimate_within_25_percent_of_the_measured_peak(measured_graph, strategy, tmp_path):
     graph, book = measured_graph

@@ -185,11 +185,11 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def sweep_stale_shm() -> list[str]:
-    """Remove this user's ``/dev/shm`` entries of gnnflow runs whose launcher (the pid in the
-    run's tag, :func:`new_run_tag`) is no longer alive; return what was removed."""
+def sweep_stale_shm(root: str = SHM_ROOT) -> list[str]:
+    """Remove this user's entries of gnnflow runs in ``root`` (``/dev/shm``) whose launcher (the
+    pid in the run's tag, :func:`new_run_tag`) is no longer alive; return what was removed."""
     removed: list[str] = []
-    for path in glob.glob(os.path.join(SHM_ROOT, "gnnflow-*-*")):
+    for path in glob.glob(os.path.join(root, "gnnflow-*-*")):
         parts = os.path.basename(path).split("-")
         if len(parts) < 3 or not parts[1].isdigit():
             continue
