@@ -240,3 +240,14 @@ def pytest_runtest_protocol(item, nextitem):
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
             fcntl.flock(turn, fcntl.LOCK_UN)
+
+
+def pytest_collection_modifyitems(config, items):
+    """Files with long tests first (those with a ``slurm`` test, then those with a ``slow`` one),
+    each file's tests in their order: the workers hand out files in this order, and a long file
+    handed out last would keep one worker busy while the other has nothing left."""
+    rank: dict[str, int] = {}
+    for item in items:
+        weight = 0 if item.get_closest_marker("slurm") else 1 if item.get_closest_marker("slow") else 2
+        rank[item.fspath] = min(rank.get(item.fspath, 2), weight)
+    items.sort(key=lambda item: rank[item.fspath])
