@@ -197,8 +197,9 @@ def test_estimate_within_25_percent_of_the_measured_peak(measured_graph, strateg
     graph, book = measured_graph
     model = ["--model", "gcn", "--hidden", "256", "--layers", "2"] if strategy == "fullbatch" else SAGE3
     # a pipeline holds its most batches when its sampler gets ahead of training, which a busy host
-    # may not allow in an epoch of 3 batches a rank: 2 epochs give it 6 chances
-    epochs = "1" if strategy == "fullbatch" else "2"
+    # may not allow in an epoch of 3 batches a rank: 3 epochs give it 9 chances (2 measured
+    # 892-923 MiB of the 1103 predicted, the last assertion's edge at 892)
+    epochs = "1" if strategy == "fullbatch" else "3"
     out = tmp_path / "run"
     proc = _train("--strategy", strategy, "--graph", graph, "--partition", book, "--workers", "2", *model,
                   "--batch-size", "2000", "--epochs", epochs, "--eval-every", epochs, "--out", str(out), timeout=600)
