@@ -180,6 +180,18 @@ def launcher_shm(launcher_pid: int) -> list:
     return sorted(Path(SHM_ROOT).glob(f"gnnflow-{launcher_pid}-*"))
 
 
+def running_checkpoint(run_dir) -> dict | None:
+    """A running run's newest checkpoint, or None while there is none or one is being written
+    (``last.pt`` there but not its digest yet, or moved to ``prev.pt`` between two looks)."""
+    from gnnflow.errors import StoreError
+    from gnnflow.strategies.checkpoint import load_checkpoint
+
+    try:
+        return load_checkpoint(run_dir)
+    except (StoreError, OSError):
+        return None
+
+
 def own_processes() -> list:
     """This interpreter's live descendants but multiprocessing's resource tracker and fork
     server (they serve this interpreter until it exits)."""
@@ -246,8 +258,8 @@ def pytest_collection_modifyitems(config, items):
     """Files with long tests first (those with a ``slurm`` test, then those with a ``slow`` one),
     each file's tests in their order: the workers hand out files in this order, and a long file
     handed out last would keep one worker busy while the other has nothing left."""
-    rank: dict[str, int] = {}
+    rank: dict = {}
     for item in items:
         weight = 0 if item.get_closest_marker("slurm") else 1 if item.get_closest_marker("slow") else 2
-        rank[item.fspath] = min(rank.get(item.fspath, 2), weight)
-    items.sort(key=lambda item: rank[item.fspath])
+        rank[item.path] = min(rank.get(item.path, 2), weight)
+    items.sort(key=lambda item: rank[item.path])

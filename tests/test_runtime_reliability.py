@@ -147,23 +147,29 @@ def test_a_lock_left_by_a_dead_run_is_reported_and_taken_over(tiny_store, tmp_pa
 
 
 # ------------------------------------------------------------------------------------ shared memory
+def _dead_pid() -> int:
+    """The pid of a process that has ended (a launcher killed outright, for the sweep)."""
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    return dead.pid
+
+
 def test_the_next_run_sweeps_shared_memory_of_a_dead_launcher(tmp_path):
     """The sweep's rule, in a directory of its own: in ``/dev/shm`` another run starting
     meanwhile (another test's, a user's) sweeps the dead launcher's entry first.  That each run
     sweeps ``/dev/shm`` is checked by the killed swap launcher's test below."""
     from gnnflow.runtime.processes import sweep_stale_shm
 
-    dead = subprocess.Popen([sys.executable, "-c", "pass"])
-    dead.wait()
-    stale = tmp_path / f"gnnflow-{dead.pid}-0badcafe-swap-test"
+    dead = _dead_pid()
+    stale = tmp_path / f"gnnflow-{dead}-0badcafe-swap-test"
     live = tmp_path / f"gnnflow-{os.getpid()}-0badcafe-swap-test"
     other = tmp_path / "gnnflow-notapid-swap-test"
     for d in (stale, live, other):
         d.mkdir()
         (d / "rows").write_bytes(b"x" * 64)
-    (tmp_path / f"gnnflow-{dead.pid}-0badcafe-ring").write_bytes(b"x" * 64)  # a file, not a folder
+    (tmp_path / f"gnnflow-{dead}-0badcafe-ring").write_bytes(b"x" * 64)  # a file, not a folder
     removed = sweep_stale_shm(str(tmp_path))
-    assert sorted(removed) == sorted([str(stale), str(tmp_path / f"gnnflow-{dead.pid}-0badcafe-ring")])
+    assert sorted(removed) == sorted([str(stale), str(tmp_path / f"gnnflow-{dead}-0badcafe-ring")])
     assert not stale.exists() and live.exists() and other.exists()  # its launcher (this process) is alive
 
 
@@ -172,13 +178,12 @@ def test_a_run_names_what_it_swept(tmp_path, monkeypatch, caplog):
     from gnnflow.runtime import launch
     from gnnflow.runtime.processes import sweep_stale_shm
 
-    dead = subprocess.Popen([sys.executable, "-c", "pass"])
-    dead.wait()
-    (tmp_path / f"gnnflow-{dead.pid}-0badcafe-swap").mkdir()
+    dead = _dead_pid()
+    (tmp_path / f"gnnflow-{dead}-0badcafe-swap").mkdir()
     monkeypatch.setattr(launch, "sweep_stale_shm", lambda: sweep_stale_shm(str(tmp_path)))
     with caplog.at_level("WARNING", logger="gnnflow"):
         launch._sweep()
-    assert f"removed 1 shared-memory entry left by runs whose launcher is gone: {tmp_path}/gnnflow-{dead.pid}-" in caplog.text
+    assert f"removed 1 shared-memory entry left by runs whose launcher is gone: {tmp_path}/gnnflow-{dead}-" in caplog.text
     assert not any(tmp_path.iterdir())
 
 

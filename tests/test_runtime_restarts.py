@@ -11,9 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import rank_processes, synthetic_graph_book, unmeasured_records
-
-from gnnflow.strategies.checkpoint import load_checkpoint
+from conftest import rank_processes, running_checkpoint, synthetic_graph_book, unmeasured_records
 
 STRATEGIES = {
     "data": [],
@@ -61,11 +59,8 @@ def _epochs_written(out: Path) -> int:
 
 def _mid_epoch_checkpoint(out: Path) -> bool:
     """The newest checkpoint was written inside an epoch after the first."""
-    try:
-        ckpt = load_checkpoint(out)
-    except Exception:  # not there yet, or being written
-        return False
-    return bool(ckpt.get("batch")) and int(ckpt["epoch"]) >= 0
+    ckpt = running_checkpoint(out)
+    return ckpt is not None and bool(ckpt.get("batch")) and int(ckpt["epoch"]) >= 0
 
 
 def _kill_a_rank_when(proc: subprocess.Popen, ready, timeout_s: float = 300) -> None:

@@ -16,9 +16,10 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from conftest import running_checkpoint
 
 from gnnflow.config import TrainConfig
-from gnnflow.errors import GnnflowError, StoreError
+from gnnflow.errors import GnnflowError
 from gnnflow.results.schema import is_measurement
 from gnnflow.strategies.checkpoint import load_checkpoint
 from gnnflow.strategies.driver import run_training
@@ -174,14 +175,8 @@ def test_hec_sigkill_mid_epoch_then_resume_equals_uninterrupted(graph_book, tmp_
 
 
 def _checkpointed(run_dir: Path, epoch: int) -> bool:
-    """Whether the running run's checkpoint has reached ``epoch``; one being written (the file
-    there, its digest not yet) is not there yet."""
-    if not (run_dir / "ckpt" / "last.pt").exists():
-        return False
-    try:
-        return load_checkpoint(run_dir)["epoch"] >= epoch
-    except StoreError:
-        return False
+    ckpt = running_checkpoint(run_dir)
+    return ckpt is not None and ckpt["epoch"] >= epoch
 
 
 def test_records_comparison_sees_a_changed_loss(tmp_path):

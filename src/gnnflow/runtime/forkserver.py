@@ -7,10 +7,10 @@ of every run).  The server is multiprocessing's fork server (``forkserver`` star
 * :func:`prestart_fork_server` — ``gnnflow verify``, and ``gnnflow train`` for a strategy that
   starts ranks, run as commands (not ``gnnflow.cli.main([...])`` called from another program,
   whose process may be large: a test's, a notebook's), call it before anything else runs
-  (``train`` parses its settings first): the
-  server is then a fork of the launcher itself, made before the launcher has started a thread,
-  a process or a torch operation, in the same state as a fresh server after its imports (the
-  modules of :data:`FORKSERVER_PRELOAD` imported, no Python thread, no CUDA, no thread pool);
+  (``train`` parses its settings first): the server is then a fork of the launcher itself,
+  made before the launcher has started a thread, a process or a torch operation, in the same
+  state as a fresh server after its imports (the modules of :data:`FORKSERVER_PRELOAD`
+  imported, no Python thread, no CUDA, no thread pool);
   it imports :data:`SERVER_PRELOAD` itself while the launcher goes on (verify's launcher, which
   trains the reference too, imports them before the fork).
   multiprocessing's own way starts a new interpreter that imports torch again: another 1.5-2.5
