@@ -46,9 +46,15 @@ class GCNConv(nn.Module):
         """Whether the projection runs before the aggregation (it shrinks the features)."""
         return self.in_dim > self.out_dim
 
-    def forward(self, block: Block, h_src: torch.Tensor, projected: bool = False) -> torch.Tensor:
+    def project(self, h: torch.Tensor) -> torch.Tensor:
+        """Rows projected by the weight: what ``forward(..., projected=True)`` takes."""
+        return h @ self.weight
+
+    def forward(self, block: Block, h_src: torch.Tensor, projected: bool = False,
+                h_dst: torch.Tensor | None = None) -> torch.Tensor:
         """``projected``: ``h_src`` is already ``h_src @ weight`` (a caller that projects rows
-        before fetching them, :meth:`GNN.project`; only where :attr:`projects_first`)."""
+        before fetching them, :meth:`GNN.project`; only where :attr:`projects_first`).
+        ``h_dst`` is not read (a GCN layer reads no destination's own row)."""
         if projected and not self.projects_first:
             raise ValueError(f"GCNConv {self.in_dim}->{self.out_dim}: aggregates before projecting; "
                              "pass unprojected rows")
@@ -58,7 +64,7 @@ class GCNConv(nn.Module):
             src_scale = src_deg.to(h_src.dtype).clamp(min=1).pow(-0.5).unsqueeze(1)
         if self.projects_first:
             # diag(c) H W == diag(c) (H W): scaling the narrow product keeps no wide scaled copy
-            z = h_src if projected else h_src @ self.weight
+            z = h_src if projected else self.project(h_src)
             out = spmm_sum(block, z if src_scale is None else z * src_scale)
         else:
             out = spmm_sum(block, h_src if src_scale is None else h_src * src_scale) @ self.weight

@@ -106,20 +106,30 @@ class GNN(nn.Module):
         rows), so a caller may project rows where they live and move the narrow ones."""
         return isinstance(self.layers[i], GCNConv) and self.layers[i].projects_first
 
+    def narrows(self, i: int) -> bool:
+        """Whether conv ``i`` takes rows projected before it aggregates (:meth:`project`): a
+        narrowing GCN layer (:meth:`projects_first`) or a narrowing SAGE layer, which then
+        also reads its destinations' own unprojected rows (``layer_step``'s ``h_dst``)."""
+        return isinstance(self.layers[i], (GCNConv, SAGEConv)) and self.layers[i].projects_first
+
     def project(self, i: int, h: torch.Tensor) -> torch.Tensor:
         """Rows of layer ``i``'s input, (input dropout if first) projected by its weight: what
-        ``layer_step(i, block, rows, projected=True)`` takes (see :meth:`projects_first`)."""
-        if not self.projects_first(i):
+        ``layer_step(i, block, rows, projected=True)`` takes (see :meth:`narrows`)."""
+        if not self.narrows(i):
             raise ValueError(f"layer {i} aggregates before projecting; it takes unprojected rows")
         if i == 0:
             h = self.input_dropout(h)
-        return h @ self.layers[i].weight
+        return self.layers[i].project(h)
 
-    def layer_step(self, i: int, block: Block, h_src: torch.Tensor, projected: bool = False) -> torch.Tensor:
+    def layer_step(self, i: int, block: Block, h_src: torch.Tensor, projected: bool = False,
+                   h_dst: torch.Tensor | None = None) -> torch.Tensor:
         """Layer ``i`` on ``block``: (input dropout if first) conv, then (unless last) activation and
-        dropout.  ``projected``: the rows come from :meth:`project` (dropout and weight applied)."""
+        dropout.  ``projected``: the rows come from :meth:`project` (dropout and weight applied);
+        ``h_dst``: the destinations' own unprojected rows, which a narrowing SAGE layer reads."""
         if projected:
-            h = self.layers[i](block, h_src, projected=True)
+            if h_dst is not None and i == 0:
+                h_dst = self.input_dropout(h_dst)
+            h = self.layers[i](block, h_src, projected=True, h_dst=h_dst)
         else:
             if i == 0:
                 h_src = self.input_dropout(h_src)

@@ -48,15 +48,34 @@ class SAGEConv(nn.Module):
             nn.init.zeros_(self.bias)
         nn.init.xavier_uniform_(self.fc_neigh.weight, gain=gain)
 
-    def forward(self, block: Block, h_src: torch.Tensor) -> torch.Tensor:
-        project_first = self.in_dim > self.out_dim
+    @property
+    def projects_first(self) -> bool:
+        """Whether the neighbour projection runs before the aggregation (it shrinks the features)."""
+        return self.in_dim > self.out_dim
+
+    def project(self, h: torch.Tensor) -> torch.Tensor:
+        """Rows projected by the neighbour weight: what ``forward(..., projected=True)`` takes
+        (only where :attr:`projects_first`)."""
+        return self.fc_neigh(h)
+
+    def forward(self, block: Block, h_src: torch.Tensor, projected: bool = False,
+                h_dst: torch.Tensor | None = None) -> torch.Tensor:
+        """``projected``: ``h_src`` holds :meth:`project`'s rows (a caller that projects every
+        row once, e.g. layer-wise inference); the ``mean`` aggregator then needs ``h_dst``,
+        the destinations' own unprojected rows.  ``h_dst`` defaults to ``h_src[:num_dst]``."""
+        if projected and not self.projects_first:
+            raise ValueError(f"SAGEConv {self.in_dim}->{self.out_dim}: aggregates before projecting; "
+                             "pass unprojected rows")
+        if projected and h_dst is None and self.aggregator == "mean":
+            raise ValueError("SAGEConv: projected rows need the destinations' own rows (h_dst)")
+        project_first = self.projects_first
         if self.aggregator == "mean":
             if project_first:
-                h_neigh = spmm_mean(block, self.fc_neigh(h_src))
+                h_neigh = spmm_mean(block, h_src if projected else self.fc_neigh(h_src))
             else:
                 h_neigh = self.fc_neigh(spmm_mean(block, h_src))
-            return self.fc_self(h_src[: block.num_dst]) + h_neigh
-        h = self.fc_neigh(h_src) if project_first else h_src
+            return self.fc_self(h_src[: block.num_dst] if h_dst is None else h_dst) + h_neigh
+        h = h_src if projected or not project_first else self.fc_neigh(h_src)
         deg = block.in_degrees().to(h.dtype).unsqueeze(1) + 1.0
         h_neigh = (spmm_sum(block, h) + h[: block.num_dst]) / deg
         out = h_neigh if project_first else self.fc_neigh(h_neigh)

@@ -32,8 +32,8 @@ the feature dimension, ``H`` the hidden width, ``L`` layers, ``P`` ranks):
   (``d_in > d_out``); the input rows themselves are the pipeline's;
 * **model**: parameters, gradients and Adam's two moments (16 bytes per weight);
 * **evaluation** (layer-wise inference, :mod:`gnnflow.strategies.minibatch.inference`):
-  one hidden table of the part (``n_inner H 4``, memory-mapped, resident while
-  it is read) plus ``EVAL_CHUNKS`` chunks of source rows (64 MiB each), the
+  one hidden table of the part's local vertices (``(n_inner + n_halo) H 4``: inner rows,
+  then the halo's from their owners; memory-mapped, resident while it is read) plus ``EVAL_CHUNKS`` chunks of source rows (64 MiB each), the
   logits and ``METRIC_CHUNKS`` chunks of the metrics (16 MiB each, no more than
   the logits); the feature shard's pages are released after layer 0, so the
   peak is ``max(training, evaluation)`` over the non-shared terms;
@@ -341,9 +341,9 @@ def shard_bytes(p: PartSizes, sizes: GraphSizes, features: bool = True) -> dict[
 
 
 def evaluation_bytes(p: PartSizes, cfg: Any, classes: int, feature_dim: int) -> int:
-    """Layer-wise inference beyond the shard: a hidden table, chunks, logits."""
+    """Layer-wise inference beyond the shard: a hidden table of the local rows, chunks, logits."""
     hidden = cfg.hidden * (int(getattr(cfg, "heads", 1)) if cfg.model in HEADED_MODELS else 1)
-    table = 4 * p.inner * hidden if cfg.num_layers > 1 else 0
+    table = 4 * (p.inner + p.halo) * hidden if cfg.num_layers > 1 else 0
     chunk = min(CHUNK, 4 * (p.inner + p.halo) * max(feature_dim, hidden))  # no more than the part's rows
     logits = 4 * p.inner * classes
     return int(table + EVAL_CHUNKS * chunk + logits + METRIC_CHUNKS * min(METRIC_CHUNK, logits))

@@ -45,13 +45,12 @@ import torch
 import torch.distributed as dist
 
 from gnnflow.comm.collectives import all_reduce, part_degrees, world
-from gnnflow.io import release_pages, ticking
+from gnnflow.io import release_pages, row_chunks, ticking
 from gnnflow.runtime.devices import HOST
 from gnnflow.sampling import Block
-from gnnflow.strategies.common import read_only_tensor
+from gnnflow.strategies.device_eval import chunk_bytes, empty_block, fits_on_device
 from gnnflow.strategies.device_eval import chunk_rows as default_chunk_rows
-from gnnflow.strategies.device_eval import empty_block, fits_on_device
-from gnnflow.strategies.minibatch.feature_store import FeatureStore
+from gnnflow.strategies.minibatch.feature_store import EXCHANGE_BYTES, FeatureStore
 
 
 def _limit(name: str, default: int) -> int:
@@ -109,24 +108,38 @@ def max_over_ranks(n_chunks: int, group: Any = None) -> int:
     return int(t.item())
 
 
-def _chunk_block(part: Any, rows: np.ndarray, degrees: torch.Tensor | None) -> tuple[Block, np.ndarray]:
+class _ChunkSources:
+    """A chunk's sources in block order (its destinations, then their other in-neighbours in
+    ascending local id) without sorting: two ``num_local`` arrays reused by every chunk (a mark
+    per local vertex and its position in the chunk)."""
+
+    def __init__(self, num_local: int) -> None:
+        self.seen = np.zeros(num_local, dtype=bool)
+        self.pos = np.zeros(num_local, dtype=np.int64)
+
+    def __call__(self, rows: np.ndarray, nbr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(src_local, positions of nbr in it)``."""
+        self.seen[nbr] = True
+        self.seen[rows] = False
+        others = np.flatnonzero(self.seen)
+        self.seen[others] = False
+        src_local = np.concatenate([rows, others])
+        self.pos[src_local] = np.arange(src_local.shape[0])
+        return src_local, self.pos[nbr]
+
+
+def _chunk_block(part: Any, rows: np.ndarray, degrees: torch.Tensor | None,
+                 sources: _ChunkSources) -> tuple[Block, np.ndarray]:
     """The block of inner rows ``rows`` (contiguous, ascending, non-empty): dst = those vertices,
     src = dst then their other in-neighbours; returns the block and the sources' local ids."""
     indptr = np.asarray(part.indptr)
     lo, hi = int(indptr[rows[0]]), int(indptr[rows[-1] + 1])
     nbr = np.asarray(part.indices[lo:hi], dtype=np.int64)
     sub_ptr = np.asarray(indptr[rows[0]:rows[-1] + 2], dtype=np.int64) - lo
-    uniq, inv = np.unique(np.concatenate([rows, nbr]), return_inverse=True)
-    # destinations first (DGL layout), then the other sources in ascending local id
-    is_dst = np.zeros(uniq.shape[0], dtype=bool)
-    is_dst[inv[: rows.shape[0]]] = True
-    order = np.concatenate([inv[: rows.shape[0]], np.flatnonzero(~is_dst)])
-    pos = np.empty(uniq.shape[0], dtype=np.int64)
-    pos[order] = np.arange(order.shape[0])
-    src_local = uniq[order]
+    src_local, idx = sources(rows, nbr)
     l2g = part.local_to_global
     block = Block(dst_ids=torch.from_numpy(l2g[rows]), src_ids=torch.from_numpy(l2g[src_local]),
-                  indptr=torch.from_numpy(sub_ptr), indices=torch.from_numpy(pos[inv[rows.shape[0]:]]))
+                  indptr=torch.from_numpy(sub_ptr), indices=torch.from_numpy(idx))
     if part.edge_types is not None:  # a typed book: the relations (rows grouped by them) and vertex types
         block.etypes = torch.from_numpy(np.asarray(part.edge_types[lo:hi], dtype=np.int64))
         block.src_types = torch.from_numpy(np.asarray(part.node_types[src_local], dtype=np.int64))
@@ -136,11 +149,76 @@ def _chunk_block(part: Any, rows: np.ndarray, degrees: torch.Tensor | None) -> t
     return block, src_local
 
 
-def _rows_on(table: Any, pos: np.ndarray, device: torch.device) -> torch.Tensor:
-    """Rows ``pos`` of a layer table (host array, scratch file or device tensor) on ``device``."""
-    if isinstance(table, torch.Tensor):
-        return table[torch.from_numpy(pos).to(table.device)].to(device)
-    return torch.from_numpy(np.asarray(np.take(table, pos, axis=0), dtype=np.float32)).to(device)
+class _LocalTable:
+    """One layer's rows of every local vertex (``[num_local, d]``: the inner rows, then the halo
+    rows), on the device where it fits, else in host memory or a scratch file
+    (:class:`ScratchRows`).  A chunk's source rows are one gather from it."""
+
+    def __init__(self, n_local: int, d: int, device: torch.device) -> None:
+        self.scratch: ScratchRows | None = None
+        if fits_on_device(4 * n_local * d, device):
+            self.rows = torch.empty((n_local, d), device=device)
+        else:
+            self.scratch = ScratchRows(n_local, d)
+            self.rows = torch.from_numpy(self.scratch.array)
+        self._buf = torch.empty(0, device=self.rows.device)
+
+    def write(self, lo: int, rows: torch.Tensor) -> None:
+        """Rows ``lo:lo+len(rows)`` (host or device rows; the pages leave the resident set)."""
+        self.rows[lo:lo + rows.shape[0]] = rows.reshape(rows.shape[0], -1)
+        self.release()
+
+    def gather(self, pos: np.ndarray, device: torch.device) -> torch.Tensor:
+        """Rows ``pos`` on ``device``, in a buffer reused by the next call (grown as needed)."""
+        n, d = pos.shape[0], int(self.rows.shape[1])
+        if self._buf.numel() < n * d:
+            self._buf = torch.empty(int(n * d * 1.25), device=self.rows.device)
+        out = self._buf[:n * d].view(n, d)
+        torch.index_select(self.rows, 0, torch.from_numpy(pos).to(self.rows.device), out=out)
+        return out.to(device)
+
+    def release(self) -> None:
+        if self.scratch is not None:
+            self.scratch.release()
+
+    def close(self) -> None:
+        self.rows = self._buf = torch.empty(0)
+        if self.scratch is not None:
+            self.scratch.close()
+            self.scratch = None
+
+
+def _fill_halo(table: _LocalTable, part: Any, node_part: np.ndarray, group: Any) -> None:
+    """The halo rows of ``table`` from their owners' inner rows (their tables of the same layer),
+    in slices of about :data:`~gnnflow.strategies.minibatch.feature_store.EXCHANGE_BYTES` (every
+    rank runs as many slices as the rank with the most; the pages leave the resident set after
+    each).  Collective."""
+    n_in = part.num_inner
+    halo = np.asarray(part.halo_ids, dtype=np.int64)
+    d = int(table.rows.shape[1])
+    step = max(1, EXCHANGE_BYTES // (4 * max(1, d)))
+    on_host = table.rows.device.type == "cpu"
+    store = FeatureStore(part, node_part, local_rows=table.rows[:n_in], group=group)
+    for c in range(max_over_ranks(-(-halo.shape[0] // step), group)):
+        lo, hi = min(c * step, halo.shape[0]), min((c + 1) * step, halo.shape[0])
+        if on_host:
+            store.fetch(halo[lo:hi], out=table.rows[n_in + lo:n_in + hi])
+        else:
+            table.rows[n_in + lo:n_in + hi] = store.fetch(halo[lo:hi]).to(table.rows.device)
+        table.release()
+
+
+def _projected(net: Any, layer: int, table: _LocalTable, n_in: int, device: torch.device) -> _LocalTable:
+    """``net.project(layer, .)`` of ``table``'s inner rows, in slices of about
+    :func:`~gnnflow.strategies.device_eval.chunk_bytes`, into a new table (halo rows not filled)."""
+    dim = int(table.rows.shape[1])
+    width = int(net.project(layer, torch.zeros((0, dim), device=device)).shape[1])
+    out = _LocalTable(int(table.rows.shape[0]), width, device)
+    step = max(1, chunk_bytes(device) // (4 * max(dim, width)))
+    for lo in range(0, n_in, step):
+        out.write(lo, net.project(layer, table.rows[lo:min(n_in, lo + step)].to(device)))
+        table.release()
+    return out
 
 
 def _chunks(rows: np.ndarray, step: int) -> list[np.ndarray]:
@@ -194,65 +272,59 @@ def layerwise_inference(net: Any, part: Any, node_part: np.ndarray, device: torc
     was = net.training
     net.eval()
     n_in = part.num_inner
-    halo = np.asarray(part.halo_ids, dtype=np.int64)
-    scratch: ScratchRows | None = inputs if isinstance(inputs, ScratchRows) else None
-    # layer 0's rows: the memory-mapped feature shard, or the given table
-    table: Any = part.features if inputs is None else scratch.array if scratch is not None else inputs
-    if inputs is None and fits_on_device(4 * n_in * int(table.shape[1]), device):  # or all of it on a GPU
-        table = read_only_tensor(np.asarray(table, dtype=np.float32)).to(device)
+    n_local = n_in + int(np.asarray(part.halo_ids).shape[0])
+    # layer 0's rows of the inner vertices: the memory-mapped feature shard, or the given table
+    first: Any = part.features if inputs is None else inputs.array if isinstance(inputs, ScratchRows) else inputs
     stop = net.num_layers if layers is None else layers
+    sources = _ChunkSources(n_local)
+    table = _LocalTable(n_local, int(first.shape[1]), device)
     try:
+        for lo, rows in row_chunks(first):  # the inner rows (the halo's come from their owners)
+            table.write(lo, torch.as_tensor(np.asarray(rows, dtype=np.float32)))
+        if isinstance(inputs, ScratchRows):
+            inputs.close()
+        elif not isinstance(first, torch.Tensor):  # the feature shard is not read again
+            release_pages(first)
         for layer in range(stop):
-            dim = int(table.shape[1])
+            dim = int(table.rows.shape[1])
+            # a narrowing layer's sources: every local row projected once (the halo's by their
+            # owners), not once per chunk that reads it
+            narrow = net.narrows(layer)
+            src = _projected(net, layer, table, n_in, device) if narrow else table
+            _fill_halo(src, part, node_part, group)
             # the layer's output shape (an empty block: every rank knows it, even one owning nothing)
             shape = net.layer_step(layer, empty_block(device), torch.zeros((0, dim), device=device)).shape[1:]
             last = layer == stop - 1
             out = torch.empty((n_in, *shape)) if last else None
-            width = int(math.prod(shape))
-            nxt: Any = None
-            if not last:  # the next table: on the device where it fits, else a host table
-                nxt = torch.empty((n_in, width), device=device) if fits_on_device(4 * n_in * width, device) \
-                    else ScratchRows(n_in, width)
-            step = chunk_rows or default_chunk_rows(n_in, part.num_edges, dim, device)
+            nxt = None if last else _LocalTable(n_local, int(math.prod(shape)), device)
+            step = chunk_rows or default_chunk_rows(n_in, part.num_edges, int(src.rows.shape[1]), device)
             chunks = _chunks(np.arange(n_in, dtype=np.int64) if wanted is None or not last
                              else np.asarray(wanted, dtype=np.int64), step)
-            store = FeatureStore(part, node_part, local_rows=table, group=group)
-            rounds: Any = range(max_over_ranks(len(chunks), group))
+            rounds: Any = chunks
             if world()[0] == 0:
-                rounds = ticking(rounds, f"evaluation, layer {layer + 1}/{stop}: chunk", len(rounds))
-            for c in rounds:
-                if c >= len(chunks):  # this rank is done; it still serves its peers' requests
-                    store.fetch(np.zeros(0, dtype=np.int64))
-                    continue
-                rows = chunks[c]
-                block, src_local = _chunk_block(part, rows, degrees)
-                is_halo = src_local >= n_in
-                h_src = torch.empty((src_local.shape[0], dim), dtype=torch.float32, device=device)
-                h_src[torch.from_numpy(np.flatnonzero(is_halo)).to(device)] = \
-                    store.fetch(halo[src_local[is_halo] - n_in]).to(device)
-                h_src[torch.from_numpy(np.flatnonzero(~is_halo)).to(device)] = \
-                    _rows_on(table, src_local[~is_halo], device)
-                h = net.layer_step(layer, block.to(device), h_src)
+                rounds = ticking(chunks, f"evaluation, layer {layer + 1}/{stop}: chunk", len(chunks))
+            for rows in rounds:  # no exchange inside a layer: a rank runs its chunks at its own pace
+                block, src_local = _chunk_block(part, rows, degrees, sources)
+                h_src = src.gather(src_local, device)
+                if narrow:
+                    h_dst = table.rows[int(rows[0]):int(rows[-1]) + 1].to(device)
+                    h = net.layer_step(layer, block.to(device), h_src, projected=True, h_dst=h_dst)
+                else:
+                    h = net.layer_step(layer, block.to(device), h_src)
                 if out is not None:
                     out[rows[0]:rows[-1] + 1] = h.cpu()
-                elif isinstance(nxt, torch.Tensor):
-                    nxt[rows[0]:rows[-1] + 1] = h.reshape(h.shape[0], -1)
                 else:
-                    nxt.array[rows[0]:rows[-1] + 1] = h.reshape(h.shape[0], -1).cpu().numpy()
-                    nxt.release()
-                if scratch is not None:
-                    scratch.release()
-            del store
+                    assert nxt is not None
+                    nxt.write(int(rows[0]), h)
+                src.release()
+                table.release()
+            src.close()
+            table.close()
             if out is not None:
                 return out
-            if scratch is not None:
-                scratch.close()
-            elif not isinstance(table, torch.Tensor):  # the feature shard is not read again: its
-                release_pages(table)  # pages may leave the resident set
-            scratch = nxt if isinstance(nxt, ScratchRows) else None
-            table = nxt if isinstance(nxt, torch.Tensor) else nxt.array
+            assert nxt is not None
+            table = nxt
     finally:
-        if scratch is not None:
-            scratch.close()
+        table.close()
         net.train(was)
     raise AssertionError("unreachable: the model has no layers")
