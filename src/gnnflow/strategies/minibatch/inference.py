@@ -6,27 +6,32 @@ vertices (never a multi-hop neighbourhood at once); here each rank computes its
 own (inner) vertices and the work is cut into chunks so that memory is bounded
 by a chunk, not by the part:
 
+    table_0 <- the rank's feature rows (inner), then
     for each layer l:
-        for each chunk of the rank's inner vertices (same number of rounds on every rank):
-            sources = the chunk's in-neighbours (inner or halo, local CSR)
-            rows of inner sources  <- this rank's layer-l table
-            rows of halo sources   <- their owners' layer-l tables (one exchange)
-            table_{l+1}[chunk]     <- layer l on the chunk's block
+        sources_l <- table_l, or every row of it projected once (a narrowing layer:
+                     GCN, or SAGE into fewer columns; ``GNN.narrows``)
+        halo rows of sources_l <- their owners' rows (ONE exchange per layer, in slices)
+        for each chunk of the rank's inner vertices (no collective: ranks run at their own pace):
+            sources  = the chunk's in-neighbours (inner or halo, local CSR), destinations first
+            table_{l+1}[chunk] <- layer l on the chunk's block (rows of sources_l, one gather)
 
-The tables of the hidden layers (``n_inner x hidden`` floats: 0.6 GB for a
-products-sized part at hidden 256) are not anonymous memory: they are an
-unlinked scratch file, memory-mapped, whose pages are dropped from the process
-after every chunk (:func:`gnnflow.io.release_pages`; the kernel's page cache
-keeps them and can write them back under pressure).  While a layer reads the
-previous table at random rows, the kernel's fault-around maps most of it, so a
-rank's resident set holds about one hidden table at a time (the one being
-read), plus a chunk; the feature shard's pages are released after the first
-layer.  Small tables stay in memory.  The last layer's outputs (the logits,
-``n_inner x classes``) are returned.
+A table holds every local vertex (``[n_inner + n_halo, d]``: inner rows, then
+halo rows), so a halo row read by many chunks is fetched once, and a narrowing
+layer projects each row once instead of once per chunk that reads it (and its
+exchange moves the narrow rows).  The tables of the hidden layers (0.6 GB for
+a products-sized part's inner rows at hidden 256) are not anonymous memory:
+they are an unlinked scratch file, memory-mapped, whose pages are dropped from
+the process after every chunk (:func:`gnnflow.io.release_pages`; the kernel's
+page cache keeps them and can write them back under pressure).  While a layer
+reads a table at random rows, the kernel's fault-around maps most of it, so a
+rank's resident set holds about one table at a time (the one being read), plus
+a chunk; the feature shard's pages are released once copied.  Small tables
+stay in memory.  The last layer's outputs (the logits, ``n_inner x classes``)
+are returned.
 
 On a GPU the chunks run on the rank's device and the tables stay there where they fit
-(:mod:`gnnflow.strategies.device_eval`): a chunk's inner rows are gathered on the device, only
-its halo rows come over the host (the exchange, whose owners serve them from their device
+(:mod:`gnnflow.strategies.device_eval`): a chunk's rows are gathered on the device, only the
+halo rows come over the host (the layer's exchange, whose owners serve them from their device
 tables), and a chunk's source rows take at most ``chunk_bytes(device)`` of device memory.
 
 Collective: every rank of ``group`` calls it with the same model.
