@@ -25,6 +25,7 @@ import torch
 from gnnflow.config import TrainConfig
 from gnnflow.io import atomic_file
 from gnnflow.nn.model import GNN
+from gnnflow.runtime.watchdog import note_progress
 from gnnflow.sampling import Block, as_long_tensor
 from gnnflow.sampling.tensor_sampler import DeviceCSR, TensorRelabeler, full_block, read_only_tensor
 
@@ -214,6 +215,7 @@ def full_inference(model: GNN, indptr: np.ndarray, indices: np.ndarray, features
                     out = torch.empty(shape, dtype=y.dtype, device=device if on_device else "cpu")
                 out[lo:hi] = y.to(out.device)
                 del h_src, y
+                note_progress()  # a chunk is progress for the run's watchdog (no collective here)
             h = out
     finally:
         model.train(was_training)

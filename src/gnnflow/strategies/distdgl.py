@@ -125,6 +125,7 @@ from gnnflow.partition.dgl_interop import dgl_layout, ensure_dgl_layout
 from gnnflow.results.schema import Recorder
 from gnnflow.runtime.context import RankContext
 from gnnflow.runtime.devices import HOST
+from gnnflow.runtime.watchdog import note_progress
 from gnnflow.strategies.base import Strategy, check_loss
 from gnnflow.strategies.distdgl_janitor import start_janitor
 from gnnflow.strategies.distdgl_rgcn import timed_batches
@@ -543,6 +544,7 @@ class DistDGLBaseline(Strategy):
                                  -(-len(mine) // DGL_EVAL_BATCH))
             for input_nodes, seeds, blocks in loader:
                 y[seeds] = net.layer(i, blocks[0], x[input_nodes])
+                note_progress()  # DGL's pulls are no collective of ours: the watchdog sees this
             g.barrier()  # every trainer's rows are in y
             x = y  # the previous layer's DistTensor is deleted here (collectively)
         sums = split_sums({})
@@ -550,6 +552,7 @@ class DistDGLBaseline(Strategy):
             for input_nodes, seeds, blocks in batches(self.split_nids[split]):
                 logits = net.layer(last, blocks[0], x[input_nodes])
                 sums += split_sums({split: (logits, g.ndata["label"][seeds])})
+                note_progress()
         return split_metrics(reduce_sums(sums))
 
     def close(self) -> None:

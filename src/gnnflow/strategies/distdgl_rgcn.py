@@ -49,6 +49,7 @@ import torch.nn.functional as F
 
 from gnnflow.errors import ConfigError
 from gnnflow.results.schema import Recorder
+from gnnflow.runtime.watchdog import note_progress
 from gnnflow.strategies.base import check_loss
 
 SPLITS = ("train", "val", "test")
@@ -277,4 +278,5 @@ class RelationalPeer:
                 features, rows = self._inputs(input_nodes)
                 logits = self.module(self.module.graphs(blocks), features, rows)
                 sums += split_sums({split: (logits, self._labels(seeds))})
+                note_progress()  # DGL's pulls are no collective of ours: the watchdog sees this
         return split_metrics(reduce_sums(sums))

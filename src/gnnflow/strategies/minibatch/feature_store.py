@@ -112,6 +112,9 @@ class FeatureStore:
     book's ``node_part`` memory map; part ``i`` is served by rank ``i``).
     ``group``: the process group the exchanges use (a background pipeline
     thread passes its own group, see :mod:`gnnflow.strategies.minibatch.pipeline`).
+    ``read_rows(positions, out)``: how an owner reads the rows its peers asked for from its
+    table into ``out`` (default: one gather; layer-wise inference reads its scratch tables a
+    slice at a time, dropping their pages between slices).
     """
 
     def __init__(
@@ -121,6 +124,7 @@ class FeatureStore:
         local_rows: Rows | None = None,
         stats: CommStats | None = None,
         group: Any = None,
+        read_rows: Any = None,
     ) -> None:
         self.part = part
         self.node_part = node_part
@@ -137,6 +141,7 @@ class FeatureStore:
         if table.shape[0] != part.num_inner:
             raise ConfigError(f"feature store: {table.shape[0]} local rows for {part.num_inner} inner vertices")
         self.table: Rows = table
+        self._read_rows = read_rows
         _advise_random(table)
         self.dim = int(np.prod(table.shape[1:])) if len(table.shape) > 1 else 1
         self.stats = stats if stats is not None else CommStats(self.world_size)
@@ -222,7 +227,10 @@ class FeatureStore:
         dest_by_peer = np.split(dest[order], np.cumsum(counts)[:-1])
 
         def gather(peer: int, lo: int, hi: int, buf: torch.Tensor) -> None:
-            _rows_tensor(self.table, positions[peer][lo:hi], out=buf)
+            if self._read_rows is not None:
+                self._read_rows(positions[peer][lo:hi], buf)
+            else:
+                _rows_tensor(self.table, positions[peer][lo:hi], out=buf)
 
         def scatter(peer: int, lo: int, hi: int, rows: torch.Tensor) -> None:
             out.index_copy_(0, torch.from_numpy(dest_by_peer[peer][lo:hi]), rows)

@@ -52,6 +52,7 @@ import torch.distributed as dist
 from gnnflow.comm.collectives import all_reduce, part_degrees, world
 from gnnflow.io import release_pages, row_chunks, ticking
 from gnnflow.runtime.devices import HOST
+from gnnflow.runtime.watchdog import note_progress
 from gnnflow.sampling import Block
 from gnnflow.strategies.device_eval import chunk_bytes, empty_block, fits_on_device
 from gnnflow.strategies.device_eval import chunk_rows as default_chunk_rows
@@ -154,10 +155,17 @@ def _chunk_block(part: Any, rows: np.ndarray, degrees: torch.Tensor | None,
     return block, src_local
 
 
+#: rows a scratch table's gather reads between two releases of its pages: a read fault maps the
+#: cached pages around the faulting one too (the kernel's fault-around, ~64 KiB), so one gather
+#: of a chunk's random rows would map nearly the whole table; 4096 rows map at most ~256 MiB
+GATHER_ROWS = 4096
+
+
 class _LocalTable:
     """One layer's rows of every local vertex (``[num_local, d]``: the inner rows, then the halo
     rows), on the device where it fits, else in host memory or a scratch file
-    (:class:`ScratchRows`).  A chunk's source rows are one gather from it."""
+    (:class:`ScratchRows`, whose pages leave the resident set after every write and every
+    :data:`GATHER_ROWS` rows read).  A chunk's source rows are one gather from it."""
 
     def __init__(self, n_local: int, d: int, device: torch.device) -> None:
         self.scratch: ScratchRows | None = None
@@ -173,14 +181,24 @@ class _LocalTable:
         self.rows[lo:lo + rows.shape[0]] = rows.reshape(rows.shape[0], -1)
         self.release()
 
+    def read(self, pos: np.ndarray, out: torch.Tensor) -> torch.Tensor:
+        """Rows ``pos`` into ``out`` (contiguous ``[len(pos), d]``, on any device)."""
+        idx = torch.from_numpy(pos).to(self.rows.device)
+        if out.device != self.rows.device:
+            return out.copy_(self.rows[idx])
+        if self.scratch is None:
+            return torch.index_select(self.rows, 0, idx, out=out)
+        for s in range(0, pos.shape[0], GATHER_ROWS):
+            torch.index_select(self.rows, 0, idx[s:s + GATHER_ROWS], out=out[s:s + GATHER_ROWS])
+            self.scratch.release()
+        return out
+
     def gather(self, pos: np.ndarray, device: torch.device) -> torch.Tensor:
         """Rows ``pos`` on ``device``, in a buffer reused by the next call (grown as needed)."""
         n, d = pos.shape[0], int(self.rows.shape[1])
         if self._buf.numel() < n * d:
             self._buf = torch.empty(int(n * d * 1.25), device=self.rows.device)
-        out = self._buf[:n * d].view(n, d)
-        torch.index_select(self.rows, 0, torch.from_numpy(pos).to(self.rows.device), out=out)
-        return out.to(device)
+        return self.read(pos, self._buf[:n * d].view(n, d)).to(device)
 
     def release(self) -> None:
         if self.scratch is not None:
@@ -203,7 +221,7 @@ def _fill_halo(table: _LocalTable, part: Any, node_part: np.ndarray, group: Any)
     d = int(table.rows.shape[1])
     step = max(1, EXCHANGE_BYTES // (4 * max(1, d)))
     on_host = table.rows.device.type == "cpu"
-    store = FeatureStore(part, node_part, local_rows=table.rows[:n_in], group=group)
+    store = FeatureStore(part, node_part, local_rows=table.rows[:n_in], group=group, read_rows=table.read)
     for c in range(max_over_ranks(-(-halo.shape[0] // step), group)):
         lo, hi = min(c * step, halo.shape[0]), min((c + 1) * step, halo.shape[0])
         if on_host:
@@ -323,6 +341,7 @@ def layerwise_inference(net: Any, part: Any, node_part: np.ndarray, device: torc
                     nxt.write(int(rows[0]), h)
                 src.release()
                 table.release()
+                note_progress()  # a chunk is progress (no collective inside a layer)
             src.close()
             table.close()
             if out is not None:
