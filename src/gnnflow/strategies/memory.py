@@ -33,7 +33,8 @@ the feature dimension, ``H`` the hidden width, ``L`` layers, ``P`` ranks):
 * **model**: parameters, gradients and Adam's two moments (16 bytes per weight);
 * **evaluation** (layer-wise inference, :mod:`gnnflow.strategies.minibatch.inference`):
   one hidden table of the part's local vertices (``(n_inner + n_halo) H 4``: inner rows,
-  then the halo's from their owners; memory-mapped, resident while it is read) plus ``EVAL_CHUNKS`` chunks of source rows (64 MiB each), the
+  then the halo's from their owners; a memory-mapped scratch file read a slice at a time, so at
+  most ``EVAL_TABLE_WINDOW`` of it is resident) plus ``EVAL_CHUNKS`` chunks of source rows (64 MiB each), the
   logits and ``METRIC_CHUNKS`` chunks of the metrics (16 MiB each, no more than
   the logits); the feature shard's pages are released after layer 0, so the
   peak is ``max(training, evaluation)`` over the non-shared terms;
@@ -107,6 +108,12 @@ ACT_SRC = 2.0  # floats per source row and output feature of a layer that projec
 DISTINCT_POOL = 0.65
 EVAL_CHUNKS = 4  # 64 MiB chunks of source rows alive in inference (rows, fetched halo, copy, output)
 CHUNK = 64 * MIB
+#: what a layer table read at random keeps resident: a scratch table's pages are dropped every
+#: 4096 rows read (``inference.GATHER_ROWS``), but each read fault maps the cached pages around
+#: it, 64 KiB or a whole large folio of the page cache: measured on the products-shaped graph
+#: (4 ranks, kernel 6.18), the evaluation added 370-450 MiB to three ranks and 940 MiB to one
+#: above their resident set after training; a smaller table (in memory) counts whole
+EVAL_TABLE_WINDOW = 1 << 30
 #: the metrics read the logits a chunk at a time: its masked copy, log-softmax and arg-max
 METRIC_CHUNKS = 3
 #: bytes per edge of the full-neighbourhood blocks whole-graph inference keeps for every layer
@@ -343,7 +350,7 @@ def shard_bytes(p: PartSizes, sizes: GraphSizes, features: bool = True) -> dict[
 def evaluation_bytes(p: PartSizes, cfg: Any, classes: int, feature_dim: int) -> int:
     """Layer-wise inference beyond the shard: a hidden table of the local rows, chunks, logits."""
     hidden = cfg.hidden * (int(getattr(cfg, "heads", 1)) if cfg.model in HEADED_MODELS else 1)
-    table = 4 * (p.inner + p.halo) * hidden if cfg.num_layers > 1 else 0
+    table = min(4 * (p.inner + p.halo) * hidden, EVAL_TABLE_WINDOW) if cfg.num_layers > 1 else 0
     chunk = min(CHUNK, 4 * (p.inner + p.halo) * max(feature_dim, hidden))  # no more than the part's rows
     logits = 4 * p.inner * classes
     return int(table + EVAL_CHUNKS * chunk + logits + METRIC_CHUNKS * min(METRIC_CHUNK, logits))

@@ -54,6 +54,7 @@ from gnnflow.io import release_pages, row_chunks, ticking
 from gnnflow.runtime.devices import HOST
 from gnnflow.runtime.watchdog import note_progress
 from gnnflow.sampling import Block
+from gnnflow.sampling.tensor_sampler import read_only_tensor
 from gnnflow.strategies.device_eval import chunk_bytes, empty_block, fits_on_device
 from gnnflow.strategies.device_eval import chunk_rows as default_chunk_rows
 from gnnflow.strategies.minibatch.feature_store import EXCHANGE_BYTES, FeatureStore
@@ -156,8 +157,10 @@ def _chunk_block(part: Any, rows: np.ndarray, degrees: torch.Tensor | None,
 
 
 #: rows a scratch table's gather reads between two releases of its pages: a read fault maps the
-#: cached pages around the faulting one too (the kernel's fault-around, ~64 KiB), so one gather
-#: of a chunk's random rows would map nearly the whole table; 4096 rows map at most ~256 MiB
+#: cached pages around the faulting one too (the kernel's fault-around: 64 KiB, or a whole large
+#: folio of the page cache), so one gather of a chunk's random rows would map nearly the whole
+#: table.  (``MADV_RANDOM`` maps one page a fault, 767-808 MiB per rank instead of 1045-1613 on
+#: the products-shaped graph's evaluation, but made it 2.2x slower: not used.)
 GATHER_ROWS = 4096
 
 
@@ -303,7 +306,7 @@ def layerwise_inference(net: Any, part: Any, node_part: np.ndarray, device: torc
     table = _LocalTable(n_local, int(first.shape[1]), device)
     try:
         for lo, rows in row_chunks(first):  # the inner rows (the halo's come from their owners)
-            table.write(lo, torch.as_tensor(np.asarray(rows, dtype=np.float32)))
+            table.write(lo, read_only_tensor(np.asarray(rows, dtype=np.float32)))
         if isinstance(inputs, ScratchRows):
             inputs.close()
         elif not isinstance(first, torch.Tensor):  # the feature shard is not read again

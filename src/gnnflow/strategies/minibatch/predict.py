@@ -299,7 +299,8 @@ def predict(run_dir: str | Path, out: str | Path, *, graph: str | None = None, p
         results = _run(job, workers, device)
     summary = {"out": str(out), "rows": results[0]["written"], "columns": _columns(layer, results[0]["width"]),
                "which": which, "weights": str(run.weights_file), "output": meta["output"], "workers": workers,
-               "peak_rss_mib": round(max(r["peak_rss_mib"] for r in results), 1)}
+               "peak_rss_mib": round(max(r["peak_rss_mib"] for r in results), 1),
+               "peak_rss_mib_ranks": [round(r["peak_rss_mib"], 1) for r in results]}
     summary["estimate_mib"] = {k: round(v / 2**20, 1) for k, v in memory_estimate(cfg, graph, partition, workers).items()}
     return summary
 
