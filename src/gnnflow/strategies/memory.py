@@ -108,11 +108,9 @@ ACT_SRC = 2.0  # floats per source row and output feature of a layer that projec
 DISTINCT_POOL = 0.65
 EVAL_CHUNKS = 4  # 64 MiB chunks of source rows alive in inference (rows, fetched halo, copy, output)
 CHUNK = 64 * MIB
-#: what a layer table read at random keeps resident: a scratch table's pages are dropped every
-#: 4096 rows read (``inference.GATHER_ROWS``), but each read fault maps the cached pages around
-#: it, 64 KiB or a whole large folio of the page cache: measured on the products-shaped graph
-#: (4 ranks, kernel 6.18), the evaluation added 370-450 MiB to three ranks and 940 MiB to one
-#: above their resident set after training; a smaller table (in memory) counts whole
+#: a layer table read at random: pages dropped every 4096 rows (``inference.GATHER_ROWS``), but a
+#: fault maps cached pages around it (64 KiB or a large folio; products, 4 ranks: evaluation added
+#: 370-450 MiB above training's resident set on three ranks, 940 on one); smaller tables whole
 EVAL_TABLE_WINDOW = 1 << 30
 #: the metrics read the logits a chunk at a time: its masked copy, log-softmax and arg-max
 METRIC_CHUNKS = 3
