@@ -32,6 +32,7 @@ a table that learns can send gradients back along the same paths
 from __future__ import annotations
 
 import mmap
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -124,7 +125,7 @@ class FeatureStore:
         local_rows: Rows | None = None,
         stats: CommStats | None = None,
         group: Any = None,
-        read_rows: Any = None,
+        read_rows: Callable[[np.ndarray, torch.Tensor], Any] | None = None,
     ) -> None:
         self.part = part
         self.node_part = node_part
@@ -141,7 +142,7 @@ class FeatureStore:
         if table.shape[0] != part.num_inner:
             raise ConfigError(f"feature store: {table.shape[0]} local rows for {part.num_inner} inner vertices")
         self.table: Rows = table
-        self._read_rows = read_rows
+        self._read_rows = read_rows or (lambda pos, out: _rows_tensor(self.table, pos, out=out))
         _advise_random(table)
         self.dim = int(np.prod(table.shape[1:])) if len(table.shape) > 1 else 1
         self.stats = stats if stats is not None else CommStats(self.world_size)
@@ -227,10 +228,7 @@ class FeatureStore:
         dest_by_peer = np.split(dest[order], np.cumsum(counts)[:-1])
 
         def gather(peer: int, lo: int, hi: int, buf: torch.Tensor) -> None:
-            if self._read_rows is not None:
-                self._read_rows(positions[peer][lo:hi], buf)
-            else:
-                _rows_tensor(self.table, positions[peer][lo:hi], out=buf)
+            self._read_rows(positions[peer][lo:hi], buf)
 
         def scatter(peer: int, lo: int, hi: int, rows: torch.Tensor) -> None:
             out.index_copy_(0, torch.from_numpy(dest_by_peer[peer][lo:hi]), rows)

@@ -343,9 +343,11 @@ def layerwise_inference(net: Any, part: Any, node_part: np.ndarray, device: torc
                     assert nxt is not None
                     nxt.write(int(rows[0]), h)
                 src.release()
-                table.release()
+                if narrow:  # the destinations' own rows came from the unprojected table
+                    table.release()
                 note_progress()  # a chunk is progress (no collective inside a layer)
-            src.close()
+            if narrow:
+                src.close()
             table.close()
             if out is not None:
                 return out
