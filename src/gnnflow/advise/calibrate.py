@@ -12,7 +12,7 @@ adds to a rate (``rank_<stage>``) too:
   the bitmap is used, :class:`gnnflow.sampling.neighbor.Relabeler`);
 * ``gather`` — rows of a memory-mapped ``float32`` feature file gathered as the feature store does
   (``np.take`` into a buffer): ``call + row x rows + byte x bytes``; ``scatter``: placing rows
-  into a batch (``index_copy_``) per byte; ``store_*`` and ``index_*``: the same fit of the load
+  into a batch (:func:`~gnnflow.strategies.minibatch.feature_store.scatter_rows`) per byte; ``store_*`` and ``index_*``: the same fit of the load
   stages' own row paths (:meth:`FeatureStore.fetch`; a fancy-indexed read of the memory map);
 * ``layers`` — per model (sage, gcn, gat) forward and backward of the real model
   (:func:`gnnflow.nn.build_model_from_config`) with cross-entropy, on sampled blocks of many sizes
@@ -256,6 +256,8 @@ def calibrate_gather() -> dict[str, float]:
     """A memory-mapped feature file's random row gathers (``np.take``, what an owner serves), the
     load stages' own row paths (``store_*``, ``index_*``: :func:`_row_paths`), and the batch
     scatter."""
+    from gnnflow.strategies.minibatch.feature_store import scatter_rows
+
     rng = np.random.default_rng(2)
     rows_x, ys, store_y, index_y = [], [], [], []
     with tempfile.TemporaryDirectory(prefix="gnnflow-cal-") as tmp:
@@ -283,8 +285,8 @@ def calibrate_gather() -> dict[str, float]:
     coef = nnls(x, y)
     src = torch.randn(65536, 64)
     dst = torch.empty(65536, 64)
-    idx = torch.from_numpy(rng.permutation(65536))
-    scatter = cpu_time(lambda: dst.index_copy_(0, idx, src)) / (65536 * 64 * 4)
+    idx = rng.permutation(65536)
+    scatter = cpu_time(lambda: scatter_rows(dst, idx, src)) / (65536 * 64 * 4)
     return {"call": float(coef[0]), "row": float(coef[1]), "byte": float(coef[2]), "scatter": float(scatter),
             "fit_error": float(np.median(relative_errors(x, y, coef))), **paths}
 
