@@ -266,23 +266,27 @@ def test_typed_distributed_blocks_equal_the_single_process_typed_sampler(hetero_
             np.testing.assert_array_equal(b.src_types.numpy(), src_types)
 
 
+@pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("shape", [(40, 7), (40, 3, 5), (40, 1)])
-def test_scatter_rows_places_every_row_as_index_copy_does(shape):
-    """The void-row scatter of the feature store equals ``index_copy_`` for float rows of any
-    width, and falls back to it where numpy cannot view the rows (a strided source, a grad)."""
+def test_scatter_rows_places_every_row_as_index_copy_does(shape, threads):
+    """The feature store's row scatter equals ``index_copy_`` for float rows of any width: a run
+    of positions (a slice copy), scattered positions with one torch thread (numpy's void rows) and
+    with two (``index_copy_``), and a strided source (the fallback)."""
     from gnnflow.strategies.minibatch.feature_store import scatter_rows
 
-    g = torch.Generator().manual_seed(0)
-    dest = torch.randperm(shape[0], generator=g)[:25].numpy()
-    rows = torch.randn((25, *shape[1:]), generator=g)
-    want = torch.zeros(shape).index_copy_(0, torch.from_numpy(dest), rows)
-    out = torch.zeros(shape)
-    scatter_rows(out, dest, rows)
-    assert torch.equal(out, want)
-    wide = torch.randn((25, 2 * int(np.prod(shape[1:]))), generator=g)  # a strided view: the fallback
-    strided = wide[:, ::2].reshape(25, *shape[1:])
-    assert not strided.is_contiguous()
-    out = torch.zeros(shape)
-    scatter_rows(out, dest, strided)
-    assert torch.equal(out, torch.zeros(shape).index_copy_(0, torch.from_numpy(dest), strided))
-    assert torch.count_nonzero(out[torch.from_numpy(np.setdiff1d(np.arange(shape[0]), dest))]) == 0
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        g = torch.Generator().manual_seed(0)
+        wide = torch.randn((25, 2 * int(np.prod(shape[1:]))), generator=g)
+        strided = wide[:, ::2].reshape(25, *shape[1:])
+        assert not strided.is_contiguous()
+        for dest in (torch.randperm(shape[0], generator=g)[:25].numpy(), np.arange(7, 32)):
+            for rows in (torch.randn((25, *shape[1:]), generator=g), strided):
+                want = torch.zeros(shape).index_copy_(0, torch.from_numpy(dest), rows)
+                out = torch.zeros(shape)
+                scatter_rows(out, dest, rows)
+                assert torch.equal(out, want)
+                assert torch.count_nonzero(out[torch.from_numpy(np.setdiff1d(np.arange(shape[0]), dest))]) == 0
+    finally:
+        torch.set_num_threads(before)

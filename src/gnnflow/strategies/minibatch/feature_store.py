@@ -82,15 +82,22 @@ def _rows_tensor(table: Rows, pos: np.ndarray, out: torch.Tensor | None = None) 
 
 
 def scatter_rows(out: torch.Tensor, dest: np.ndarray, rows: torch.Tensor) -> None:
-    """``out[dest] = rows`` (``dest``: distinct row positions).  On the CPU each row is copied as
-    one opaque numpy element (a void dtype of the row's bytes): one copy per row instead of
-    ``index_copy_``'s per-element indexing, 1.6-2.4x faster here on rows of 32-256 float32
-    (a batch's rows, 20,000 of them); elsewhere (a device, mixed dtypes, a strided view)
-    ``index_copy_``."""
+    """``out[dest] = rows`` (``dest``: distinct row positions).  A run of consecutive positions
+    (e.g. the halo rows of one owner) is one slice copy.  Otherwise, where torch computes with one
+    thread on the CPU (a rank of a busy or small host), each row is copied as one opaque numpy
+    element (a void dtype of the row's bytes): 1.6-2.4x faster here than ``index_copy_``'s
+    per-element indexing on rows of 32-256 float32 (20,000 rows); with more threads (or on a
+    device, with mixed dtypes, strided views) ``index_copy_``, which uses them."""
+    dest = np.asarray(dest, dtype=np.int64)
+    n = dest.shape[0]
+    if n and int(dest[-1]) - int(dest[0]) == n - 1 and (n == 1 or bool((np.diff(dest) == 1).all())):
+        out[int(dest[0]):int(dest[0]) + n] = rows
+        return
     width = out[0].numel() * out.element_size() if out.shape[0] else 0
-    if (out.device.type != "cpu" or rows.device.type != "cpu" or out.dtype != rows.dtype or not width
-            or not out.is_contiguous() or not rows.is_contiguous() or out.requires_grad or rows.requires_grad):
-        out.index_copy_(0, torch.from_numpy(np.asarray(dest, dtype=np.int64)), rows)
+    if (torch.get_num_threads() > 1 or out.device.type != "cpu" or rows.device.type != "cpu"
+            or out.dtype != rows.dtype or not width or not out.is_contiguous() or not rows.is_contiguous()
+            or out.requires_grad or rows.requires_grad):
+        out.index_copy_(0, torch.from_numpy(dest), rows)
         return
     row = np.dtype((np.void, width))
     out.numpy().reshape(out.shape[0], -1).view(row).reshape(-1)[dest] = \

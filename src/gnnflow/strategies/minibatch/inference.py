@@ -118,41 +118,66 @@ def max_over_ranks(n_chunks: int, group: Any = None) -> int:
 class _ChunkSources:
     """A chunk's sources in block order (its destinations, then their other in-neighbours in
     ascending local id) without sorting: two ``num_local`` arrays reused by every chunk (a mark
-    per local vertex and its position in the chunk)."""
+    per local vertex and its position in the chunk).  With ``device`` (a layer whose table is a
+    tensor where the chunks run, e.g. on a GPU) the marks live there and the sources are found by
+    tensor operations, in the same order: a chunk's per-edge work leaves the host."""
 
-    def __init__(self, num_local: int) -> None:
-        self.seen = np.zeros(num_local, dtype=bool)
-        self.pos = np.zeros(num_local, dtype=np.int64)
+    def __init__(self, num_local: int, device: torch.device | None = None) -> None:
+        self.device = device
+        if device is None:
+            self.seen: Any = np.zeros(num_local, dtype=bool)
+            self.pos: Any = np.zeros(num_local, dtype=np.int64)
+        else:
+            self.seen = torch.zeros(num_local, dtype=torch.bool, device=device)
+            self.pos = torch.zeros(num_local, dtype=torch.int64, device=device)
 
-    def __call__(self, rows: np.ndarray, nbr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """``(src_local, positions of nbr in it)``."""
-        self.seen[nbr] = True
-        self.seen[rows] = False
-        others = np.flatnonzero(self.seen)
+    def __call__(self, rows: np.ndarray, nbr: np.ndarray) -> tuple[Any, Any]:
+        """``(src_local, positions of nbr in it)``: numpy arrays, or tensors on the device."""
+        if self.device is None:
+            self.seen[nbr] = True
+            self.seen[rows] = False
+            others = np.flatnonzero(self.seen)
+            self.seen[others] = False
+            src_local = np.concatenate([rows, others])
+            self.pos[src_local] = np.arange(src_local.shape[0])
+            return src_local, self.pos[nbr]
+        dst = torch.arange(int(rows[0]), int(rows[-1]) + 1, device=self.device)  # a chunk's rows are a run
+        nbr_t = torch.from_numpy(nbr).to(self.device)
+        self.seen[nbr_t] = True
+        self.seen[dst] = False
+        others = torch.nonzero(self.seen).squeeze(1)  # ascending, as flatnonzero
         self.seen[others] = False
-        src_local = np.concatenate([rows, others])
-        self.pos[src_local] = np.arange(src_local.shape[0])
-        return src_local, self.pos[nbr]
+        src = torch.cat([dst, others])
+        self.pos[src] = torch.arange(src.shape[0], device=self.device)
+        return src, self.pos[nbr_t]
 
 
 def _chunk_block(part: Any, rows: np.ndarray, degrees: torch.Tensor | None,
-                 sources: _ChunkSources) -> tuple[Block, np.ndarray]:
+                 sources: _ChunkSources, l2g: Any = None) -> tuple[Block, Any]:
     """The block of inner rows ``rows`` (contiguous, ascending, non-empty): dst = those vertices,
-    src = dst then their other in-neighbours; returns the block and the sources' local ids."""
+    src = dst then their other in-neighbours; returns the block and the sources' local ids
+    (on the device for device ``sources``: then ``l2g``, the part's local-to-global ids, and
+    ``degrees`` are tensors there, and the block is built there)."""
     indptr = np.asarray(part.indptr)
     lo, hi = int(indptr[rows[0]]), int(indptr[rows[-1] + 1])
     nbr = np.asarray(part.indices[lo:hi], dtype=np.int64)
     sub_ptr = np.asarray(indptr[rows[0]:rows[-1] + 2], dtype=np.int64) - lo
     src_local, idx = sources(rows, nbr)
-    l2g = part.local_to_global
-    block = Block(dst_ids=torch.from_numpy(l2g[rows]), src_ids=torch.from_numpy(l2g[src_local]),
-                  indptr=torch.from_numpy(sub_ptr), indices=torch.from_numpy(idx))
+    on_device = isinstance(src_local, torch.Tensor)
+    if not on_device:
+        l2g = part.local_to_global
+    dst_local = src_local[:rows.shape[0]]  # the destinations lead the sources
+    as_tensor = (lambda a: a) if on_device else torch.from_numpy
+    block = Block(dst_ids=as_tensor(l2g[dst_local]), src_ids=as_tensor(l2g[src_local]),
+                  indptr=torch.from_numpy(sub_ptr).to(idx.device) if on_device else torch.from_numpy(sub_ptr),
+                  indices=as_tensor(idx))
     if part.edge_types is not None:  # a typed book: the relations (rows grouped by them) and vertex types
+        host_src = src_local.cpu().numpy() if on_device else src_local
         block.etypes = torch.from_numpy(np.asarray(part.edge_types[lo:hi], dtype=np.int64))
-        block.src_types = torch.from_numpy(np.asarray(part.node_types[src_local], dtype=np.int64))
+        block.src_types = torch.from_numpy(np.asarray(part.node_types[host_src], dtype=np.int64))
     if degrees is not None:
-        block.src_deg = degrees[torch.from_numpy(src_local), 1]
-        block.dst_deg = degrees[torch.from_numpy(rows), 0]
+        block.src_deg = degrees[as_tensor(src_local), 1]
+        block.dst_deg = degrees[as_tensor(dst_local), 0]
     return block, src_local
 
 
@@ -184,9 +209,10 @@ class _LocalTable:
         self.rows[lo:lo + rows.shape[0]] = rows.reshape(rows.shape[0], -1)
         self.release()
 
-    def read(self, pos: np.ndarray, out: torch.Tensor) -> torch.Tensor:
-        """Rows ``pos`` into ``out`` (contiguous ``[len(pos), d]``, on any device)."""
-        idx = torch.from_numpy(pos).to(self.rows.device)
+    def read(self, pos: Any, out: torch.Tensor) -> torch.Tensor:
+        """Rows ``pos`` (a numpy array or a tensor) into ``out`` (contiguous ``[len(pos), d]``, on
+        any device)."""
+        idx = (pos if isinstance(pos, torch.Tensor) else torch.from_numpy(pos)).to(self.rows.device)
         if out.device != self.rows.device:
             return out.copy_(self.rows[idx])
         if self.scratch is None:
@@ -196,7 +222,7 @@ class _LocalTable:
             self.scratch.release()
         return out
 
-    def gather(self, pos: np.ndarray, device: torch.device) -> torch.Tensor:
+    def gather(self, pos: Any, device: torch.device) -> torch.Tensor:
         """Rows ``pos`` on ``device``, in a buffer reused by the next call (grown as needed)."""
         n, d = pos.shape[0], int(self.rows.shape[1])
         if self._buf.numel() < n * d:
@@ -302,7 +328,8 @@ def layerwise_inference(net: Any, part: Any, node_part: np.ndarray, device: torc
     # layer 0's rows of the inner vertices: the memory-mapped feature shard, or the given table
     first: Any = part.features if inputs is None else inputs.array if isinstance(inputs, ScratchRows) else inputs
     stop = net.num_layers if layers is None else layers
-    sources = _ChunkSources(n_local)
+    marks: dict[bool, _ChunkSources] = {}  # by where a layer's chunk sources are found (on the device?)
+    on_device: dict[str, Any] = {}  # the part's local-to-global ids and degrees there, made once when needed
     table = _LocalTable(n_local, int(first.shape[1]), device)
     try:
         for lo, rows in row_chunks(first):  # the inner rows (the halo's come from their owners)
@@ -329,8 +356,16 @@ def layerwise_inference(net: Any, part: Any, node_part: np.ndarray, device: torc
             rounds: Any = chunks
             if world()[0] == 0:
                 rounds = ticking(chunks, f"evaluation, layer {layer + 1}/{stop}: chunk", len(chunks))
+            # a table that is a tensor where the chunks run: their sources are found there too
+            dev = src.scratch is None
+            if dev not in marks:
+                marks[dev] = _ChunkSources(n_local, src.rows.device if dev else None)
+            if dev and not on_device:
+                on_device.update(l2g=torch.from_numpy(np.asarray(part.local_to_global, dtype=np.int64)).to(device),
+                                 degrees=None if degrees is None else degrees.to(device))
             for rows in rounds:  # no exchange inside a layer: a rank runs its chunks at its own pace
-                block, src_local = _chunk_block(part, rows, degrees, sources)
+                block, src_local = _chunk_block(part, rows, on_device["degrees"] if dev else degrees, marks[dev],
+                                                on_device.get("l2g"))
                 h_src = src.gather(src_local, device)
                 if narrow:
                     h_dst = table.rows[int(rows[0]):int(rows[-1]) + 1].to(device)
