@@ -183,3 +183,29 @@ def test_sample_blocks_moves_to_the_next_batch(graph):
     again = s.at(0, 0).sample_blocks(targets)
     for x, y in zip(first, again, strict=True):
         assert torch.equal(x.src_ids, y.src_ids) and torch.equal(x.indices, y.indices)
+
+
+def test_floyd_in_c_draws_what_numpy_draws(monkeypatch):
+    """The compiled Floyd choice (built by the install: the test environment has a compiler)
+    equals the numpy form row for row, at the edges too (degree k, k + 1, beyond 2**32); with
+    ``GNNFLOW_NUMPY_DRAWS`` the numpy form runs, and a sampler's blocks are the same either way."""
+    from gnnflow.sampling import draws
+
+    assert draws._c_floyd() is not None, "the C draws kernel was not built (pip install -e . with a C compiler)"
+    rng = np.random.default_rng(0)
+    for k in (1, 2, 5, 10, 15, 25):
+        deg = np.concatenate([np.full(40, k), np.full(40, k + 1), rng.integers(k, 10**7, 1500),
+                              [2**40]]).astype(np.int64)
+        h = draws.mix(rng.integers(0, 2**63, deg.shape[0], dtype=np.int64).view(np.uint64))
+        got = draws.floyd_choose(deg, k, h)
+        assert np.array_equal(got, draws.floyd_choose_numpy(deg, k, h)), k
+        assert (np.diff(got, axis=1) > 0).all() and (got < deg[:, None]).all() and (got >= 0).all()
+    a = random_store_arrays(num_nodes=3000, avg_degree=25, seed=5)
+    batch = np.arange(0, 3000, 7)
+    c_blocks = NeighborSampler(a["indptr"], a["indices"], [10, 5], seed=2).sample_blocks(batch)
+    monkeypatch.setenv("GNNFLOW_NUMPY_DRAWS", "1")
+    assert draws._c_floyd() is None
+    np_blocks = NeighborSampler(a["indptr"], a["indices"], [10, 5], seed=2).sample_blocks(batch)
+    for c, n in zip(c_blocks, np_blocks, strict=True):
+        for f in ("dst_ids", "src_ids", "indptr", "indices"):
+            assert torch.equal(getattr(c, f), getattr(n, f)), f

@@ -28,11 +28,19 @@ separately, from the base ``mix(row_hash(v) ^ mix(r * GOLDEN + REL))``
 (:meth:`DrawKey.relation_hashes`): the key gains the relation and nothing else,
 so the draws of ``(v, r)`` stay the same whoever samples ``v``, and the
 untyped draws are untouched.
+
+Floyd's choice runs in C where the package was built with a compiler
+(``_drawkernels.c``, called through ctypes; the numpy form, kept as the
+reference and the fallback, draws the same positions: a test compares them).
+``GNNFLOW_NUMPY_DRAWS=1`` takes the numpy form.
 """
 
 from __future__ import annotations
 
+import ctypes
+import os
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -100,13 +108,48 @@ def uniforms(row_hash: np.ndarray, i: int) -> np.ndarray:
     return (z >> np.uint64(11)).astype(np.float64) * _TO_UNIT
 
 
+_kernel: Any = None  # the C form, once loaded (False: not built)
+
+
+def _c_floyd() -> Any:
+    """``gf_floyd_choose`` of the compiled kernels, or None (not built, or GNNFLOW_NUMPY_DRAWS)."""
+    global _kernel
+    if os.environ.get("GNNFLOW_NUMPY_DRAWS"):
+        return None
+    if _kernel is None:
+        try:
+            from gnnflow.sampling import _drawkernels  # type: ignore[attr-defined]
+
+            fn = ctypes.CDLL(_drawkernels.__file__).gf_floyd_choose
+            fn.restype = None
+            fn.argtypes = [ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+            _kernel = fn
+        except (ImportError, OSError, AttributeError):
+            _kernel = False
+    return _kernel or None
+
+
 def floyd_choose(deg: np.ndarray, k: int, row_hash: np.ndarray) -> np.ndarray:
-    """``[R, k]`` sorted distinct positions in ``[0, deg_r)`` per row, uniform over k-subsets.
+    """``[R, k]`` sorted distinct positions in ``[0, deg_r)`` per row (``deg_r >= k``),
+    uniform over k-subsets.
 
     Floyd's algorithm: for ``j = d-k .. d-1`` draw ``t`` uniform in ``[0, j]``; take ``t``
     unless already taken, else take ``j``.  The ``i``-th draw of row ``r`` is
     ``uniforms(row_hash, i)[r]``, so a row's choice depends only on its hash, degree and k.
+    In C where built (the module docstring), else :func:`floyd_choose_numpy`.
     """
+    fn = _c_floyd()
+    if fn is None or k <= 0:
+        return floyd_choose_numpy(deg, k, row_hash)
+    d = np.ascontiguousarray(deg, dtype=np.int64)
+    h = np.ascontiguousarray(row_hash, dtype=np.uint64)
+    chosen = np.empty((d.shape[0], k), dtype=np.int64)
+    fn(d.shape[0], k, d.ctypes.data, h.ctypes.data, chosen.ctypes.data)
+    return chosen
+
+
+def floyd_choose_numpy(deg: np.ndarray, k: int, row_hash: np.ndarray) -> np.ndarray:
+    """:func:`floyd_choose` in numpy (the reference form)."""
     rows = deg.shape[0]
     chosen = np.empty((rows, k), dtype=np.int64)
     base = deg - k
