@@ -57,7 +57,9 @@ EXCHANGE_BYTES = 16 << 20
 
 def _rows_tensor(table: Rows, pos: np.ndarray, out: torch.Tensor | None = None) -> torch.Tensor:
     """``table[pos]`` as a contiguous float tensor (one gather; works on memory maps), written
-    into ``out`` when given.
+    into ``out`` when given.  A CPU tensor is gathered by numpy's ``take`` where torch computes
+    with one thread (1.4-5x faster here than ``index_select`` on rows of 32 float32), else by
+    ``index_select``, which uses the threads.
 
     A memory-mapped shard's pages stay resident once touched (and the kernel maps up to 16
     cached neighbours of each faulting page, so random gathers soon map the whole shard):
@@ -66,9 +68,12 @@ def _rows_tensor(table: Rows, pos: np.ndarray, out: torch.Tensor | None = None) 
     if isinstance(table, torch.Tensor) and table.device.type != "cpu":  # a table on the compute device
         rows = table[torch.from_numpy(pos).to(table.device)].cpu()
         return rows if out is None else out.copy_(rows)
-    if isinstance(table, torch.Tensor):
+    if isinstance(table, torch.Tensor) and (torch.get_num_threads() > 1 or table.dtype != torch.float32
+                                            or not table.is_contiguous() or table.requires_grad):
         return torch.index_select(table, 0, torch.from_numpy(pos), out=out) if out is not None \
             else table[torch.from_numpy(pos)]
+    if isinstance(table, torch.Tensor):  # with one torch thread numpy's take is the faster gather
+        table = table.numpy()
     if out is None:
         out = torch.empty((pos.shape[0], *table.shape[1:]), dtype=torch.float32)
     if pos.size and (int(pos.min()) < 0 or int(pos.max()) >= table.shape[0]):
