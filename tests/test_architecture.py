@@ -65,7 +65,8 @@ def imports(mods: dict[str, Path]) -> dict[str, set[str]]:
                 if node.level:
                     up = package.split(".")[: len(package.split(".")) - node.level + 1]
                     base = ".".join(up + ([node.module] if node.module else []))
-                targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in mods else base for a in node.names]
+                targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in mods or compiled(f"{base}.{a.name}") else base
+                           for a in node.names]
             for t in targets:
                 if t not in mods and compiled(t):
                     continue  # a C extension module: a leaf
