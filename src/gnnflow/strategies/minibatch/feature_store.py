@@ -55,6 +55,16 @@ Rows = np.ndarray | torch.Tensor
 EXCHANGE_BYTES = 16 << 20
 
 
+def _numpy_copies(*tensors: torch.Tensor) -> bool:
+    """Whether rows are copied between these tensors by numpy: where torch computes with one
+    thread (numpy's single-threaded gathers and scatters are the faster ones there; torch's use
+    the threads otherwise) and numpy can view every tensor (contiguous float32 on the CPU, no
+    grad)."""
+    return torch.get_num_threads() == 1 and all(
+        t.device.type == "cpu" and t.dtype == torch.float32 and t.is_contiguous() and not t.requires_grad
+        for t in tensors)
+
+
 def _rows_tensor(table: Rows, pos: np.ndarray, out: torch.Tensor | None = None) -> torch.Tensor:
     """``table[pos]`` as a contiguous float tensor (one gather; works on memory maps), written
     into ``out`` when given.  A CPU tensor is gathered by numpy's ``take`` where torch computes
@@ -68,11 +78,10 @@ def _rows_tensor(table: Rows, pos: np.ndarray, out: torch.Tensor | None = None) 
     if isinstance(table, torch.Tensor) and table.device.type != "cpu":  # a table on the compute device
         rows = table[torch.from_numpy(pos).to(table.device)].cpu()
         return rows if out is None else out.copy_(rows)
-    if isinstance(table, torch.Tensor) and (torch.get_num_threads() > 1 or table.dtype != torch.float32
-                                            or not table.is_contiguous() or table.requires_grad):
+    if isinstance(table, torch.Tensor) and not _numpy_copies(table):
         return torch.index_select(table, 0, torch.from_numpy(pos), out=out) if out is not None \
             else table[torch.from_numpy(pos)]
-    if isinstance(table, torch.Tensor):  # with one torch thread numpy's take is the faster gather
+    if isinstance(table, torch.Tensor):
         table = table.numpy()
     if out is None:
         out = torch.empty((pos.shape[0], *table.shape[1:]), dtype=torch.float32)
@@ -91,17 +100,15 @@ def scatter_rows(out: torch.Tensor, dest: np.ndarray, rows: torch.Tensor) -> Non
     (e.g. the halo rows of one owner) is one slice copy.  Otherwise, where torch computes with one
     thread on the CPU (a rank of a busy or small host), each row is copied as one opaque numpy
     element (a void dtype of the row's bytes): 1.6-2.4x faster here than ``index_copy_``'s
-    per-element indexing on rows of 32-256 float32 (20,000 rows); with more threads (or on a
-    device, with mixed dtypes, strided views) ``index_copy_``, which uses them."""
+    per-element indexing on rows of 32-256 float32 (20,000 rows); with more threads, or tensors
+    numpy cannot view (:func:`_numpy_copies`), ``index_copy_``."""
     dest = np.asarray(dest, dtype=np.int64)
     n = dest.shape[0]
-    if n and int(dest[-1]) - int(dest[0]) == n - 1 and (n == 1 or bool((np.diff(dest) == 1).all())):
+    if n and int(dest[-1]) - int(dest[0]) == n - 1 and bool((np.diff(dest) == 1).all()):
         out[int(dest[0]):int(dest[0]) + n] = rows
         return
     width = out[0].numel() * out.element_size() if out.shape[0] else 0
-    if (torch.get_num_threads() > 1 or out.device.type != "cpu" or rows.device.type != "cpu"
-            or out.dtype != rows.dtype or not width or not out.is_contiguous() or not rows.is_contiguous()
-            or out.requires_grad or rows.requires_grad):
+    if not width or not _numpy_copies(out, rows):
         out.index_copy_(0, torch.from_numpy(dest), rows)
         return
     row = np.dtype((np.void, width))

@@ -118,18 +118,25 @@ def max_over_ranks(n_chunks: int, group: Any = None) -> int:
 class _ChunkSources:
     """A chunk's sources in block order (its destinations, then their other in-neighbours in
     ascending local id) without sorting: two ``num_local`` arrays reused by every chunk (a mark
-    per local vertex and its position in the chunk).  With ``device`` (a layer whose table is a
-    tensor where the chunks run, e.g. on a GPU) the marks live there and the sources are found by
-    tensor operations, in the same order: a chunk's per-edge work leaves the host."""
+    per local vertex and its position in the chunk), beside what a block reads per source (the
+    part's local-to-global ids, the GCN ``degrees``).  With ``device`` (a layer whose table is a
+    tensor where the chunks run, e.g. on a GPU) all of it lives there and the sources are found
+    by tensor operations, in the same order: a chunk's per-edge work leaves the host."""
 
-    def __init__(self, num_local: int, device: torch.device | None = None) -> None:
+    def __init__(self, part: Any, num_local: int, degrees: torch.Tensor | None,
+                 device: torch.device | None = None) -> None:
         self.device = device
+        l2g = np.asarray(part.local_to_global, dtype=np.int64)
         if device is None:
             self.seen: Any = np.zeros(num_local, dtype=bool)
             self.pos: Any = np.zeros(num_local, dtype=np.int64)
+            self.l2g: Any = l2g
+            self.degrees = degrees
         else:
             self.seen = torch.zeros(num_local, dtype=torch.bool, device=device)
             self.pos = torch.zeros(num_local, dtype=torch.int64, device=device)
+            self.l2g = torch.from_numpy(l2g).to(device)
+            self.degrees = None if degrees is None else degrees.to(device)
 
     def __call__(self, rows: np.ndarray, nbr: np.ndarray) -> tuple[Any, Any]:
         """``(src_local, positions of nbr in it)``: numpy arrays, or tensors on the device."""
@@ -152,32 +159,26 @@ class _ChunkSources:
         return src, self.pos[nbr_t]
 
 
-def _chunk_block(part: Any, rows: np.ndarray, degrees: torch.Tensor | None,
-                 sources: _ChunkSources, l2g: Any = None) -> tuple[Block, Any]:
+def _chunk_block(part: Any, rows: np.ndarray, sources: _ChunkSources) -> tuple[Block, Any]:
     """The block of inner rows ``rows`` (contiguous, ascending, non-empty): dst = those vertices,
     src = dst then their other in-neighbours; returns the block and the sources' local ids
-    (on the device for device ``sources``: then ``l2g``, the part's local-to-global ids, and
-    ``degrees`` are tensors there, and the block is built there)."""
+    (built where ``sources`` lives: tensors on its device, or numpy on the host)."""
     indptr = np.asarray(part.indptr)
     lo, hi = int(indptr[rows[0]]), int(indptr[rows[-1] + 1])
     nbr = np.asarray(part.indices[lo:hi], dtype=np.int64)
-    sub_ptr = np.asarray(indptr[rows[0]:rows[-1] + 2], dtype=np.int64) - lo
+    sub_ptr = torch.from_numpy(np.asarray(indptr[rows[0]:rows[-1] + 2], dtype=np.int64) - lo)
     src_local, idx = sources(rows, nbr)
-    on_device = isinstance(src_local, torch.Tensor)
-    if not on_device:
-        l2g = part.local_to_global
     dst_local = src_local[:rows.shape[0]]  # the destinations lead the sources
-    as_tensor = (lambda a: a) if on_device else torch.from_numpy
-    block = Block(dst_ids=as_tensor(l2g[dst_local]), src_ids=as_tensor(l2g[src_local]),
-                  indptr=torch.from_numpy(sub_ptr).to(idx.device) if on_device else torch.from_numpy(sub_ptr),
-                  indices=as_tensor(idx))
+    as_tensor = torch.from_numpy if sources.device is None else (lambda a: a)
+    block = Block(dst_ids=as_tensor(sources.l2g[dst_local]), src_ids=as_tensor(sources.l2g[src_local]),
+                  indptr=sub_ptr if sources.device is None else sub_ptr.to(sources.device), indices=as_tensor(idx))
     if part.edge_types is not None:  # a typed book: the relations (rows grouped by them) and vertex types
-        host_src = src_local.cpu().numpy() if on_device else src_local
+        host_src = src_local if sources.device is None else src_local.cpu().numpy()
         block.etypes = torch.from_numpy(np.asarray(part.edge_types[lo:hi], dtype=np.int64))
         block.src_types = torch.from_numpy(np.asarray(part.node_types[host_src], dtype=np.int64))
-    if degrees is not None:
-        block.src_deg = degrees[as_tensor(src_local), 1]
-        block.dst_deg = degrees[as_tensor(dst_local), 0]
+    if sources.degrees is not None:
+        block.src_deg = sources.degrees[as_tensor(src_local), 1]
+        block.dst_deg = sources.degrees[as_tensor(dst_local), 0]
     return block, src_local
 
 
@@ -329,7 +330,6 @@ def layerwise_inference(net: Any, part: Any, node_part: np.ndarray, device: torc
     first: Any = part.features if inputs is None else inputs.array if isinstance(inputs, ScratchRows) else inputs
     stop = net.num_layers if layers is None else layers
     marks: dict[bool, _ChunkSources] = {}  # by where a layer's chunk sources are found (on the device?)
-    on_device: dict[str, Any] = {}  # the part's local-to-global ids and degrees there, made once when needed
     table = _LocalTable(n_local, int(first.shape[1]), device)
     try:
         for lo, rows in row_chunks(first):  # the inner rows (the halo's come from their owners)
@@ -359,13 +359,9 @@ def layerwise_inference(net: Any, part: Any, node_part: np.ndarray, device: torc
             # a table that is a tensor where the chunks run: their sources are found there too
             dev = src.scratch is None
             if dev not in marks:
-                marks[dev] = _ChunkSources(n_local, src.rows.device if dev else None)
-            if dev and not on_device:
-                on_device.update(l2g=torch.from_numpy(np.asarray(part.local_to_global, dtype=np.int64)).to(device),
-                                 degrees=None if degrees is None else degrees.to(device))
+                marks[dev] = _ChunkSources(part, n_local, degrees, src.rows.device if dev else None)
             for rows in rounds:  # no exchange inside a layer: a rank runs its chunks at its own pace
-                block, src_local = _chunk_block(part, rows, on_device["degrees"] if dev else degrees, marks[dev],
-                                                on_device.get("l2g"))
+                block, src_local = _chunk_block(part, rows, marks[dev])
                 h_src = src.gather(src_local, device)
                 if narrow:
                     h_dst = table.rows[int(rows[0]):int(rows[-1]) + 1].to(device)
