@@ -41,7 +41,7 @@ def test_mmap_threshold_setting(monkeypatch):
     from gnnflow.runtime.processes import MMAP_THRESHOLD, MMAP_THRESHOLD_ENV, mmap_threshold
 
     monkeypatch.delenv(MMAP_THRESHOLD_ENV, raising=False)
-    assert mmap_threshold() == MMAP_THRESHOLD == 256 << 10
+    assert mmap_threshold() == MMAP_THRESHOLD == 4 << 20
     for text, want in (("4M", 4 << 20), ("512k", 512 << 10), ("100000", 100000), ("glibc", None)):
         monkeypatch.setenv(MMAP_THRESHOLD_ENV, text)
         assert mmap_threshold() == want, text
@@ -62,16 +62,16 @@ libc.malloc.restype = ctypes.c_void_p
 libc.free.argtypes = [ctypes.c_void_p]
 libc.mallinfo2.restype = Info
 tune_allocator()
-libc.free(libc.malloc(1 << 20))  # glibc's own threshold rises to 1 MiB when a mapped block is freed
+libc.free(libc.malloc(8 << 20))  # glibc's own threshold rises to 8 MiB when a mapped block is freed
 before = libc.mallinfo2().hblks
-block = libc.malloc(1 << 20)
+block = libc.malloc(8 << 20)
 print(libc.mallinfo2().hblks - before)  # mapped for this block
 """
 
 
 @pytest.mark.parametrize("setting,mapped", [("", 1), ("glibc", 0)])
 def test_a_fixed_threshold_maps_every_large_block_afresh(setting, mapped):
-    """With the threshold fixed a freed 1 MiB block is mapped again the next time; with glibc's
+    """With the threshold fixed a freed 8 MiB block is mapped again the next time; with glibc's
     dynamic threshold the next one comes from the heap."""
     import subprocess
     import sys

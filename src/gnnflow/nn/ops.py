@@ -66,12 +66,14 @@ def _head_layout(block: Block, heads: int, transposed: bool) -> tuple[torch.Tens
             indptr, cols, _ = _transposed(block)
         else:
             indptr, cols = block.indptr, block.indices
-        nnz = cols.shape[0]
-        shift = torch.arange(heads, device=indptr.device).unsqueeze(1)
-        indices = (cols.unsqueeze(0) * heads + shift).reshape(-1) if heads > 1 else cols
-        offsets = (indptr[:-1].unsqueeze(0) + shift * nnz).reshape(-1)
-        offsets = torch.cat([offsets, offsets.new_full((1,), heads * nnz)])
-        layout = (indices, offsets)
+        if heads == 1:  # the CSR itself (its last offset is the number of entries)
+            layout = (cols, indptr)
+        else:
+            nnz = cols.shape[0]
+            shift = torch.arange(heads, device=indptr.device).unsqueeze(1)
+            offsets = (indptr[:-1].unsqueeze(0) + shift * nnz).reshape(-1)
+            layout = ((cols.unsqueeze(0) * heads + shift).reshape(-1),
+                      torch.cat([offsets, offsets.new_full((1,), heads * nnz)]))
         block.cache[key] = layout
     assert isinstance(layout, tuple)
     return layout
