@@ -5,13 +5,15 @@ with ``--checkpoint-every-s``, is restarted from the last good checkpoint, and t
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 import pytest
-from conftest import rank_processes, running_checkpoint, synthetic_graph_book, unmeasured_records
+from conftest import rank_processes, synthetic_graph_book, unmeasured_records
 
 STRATEGIES = {
     "data": [],
@@ -57,10 +59,38 @@ def _epochs_written(out: Path) -> int:
     return len(f.read_text().splitlines()) // 2 if f.exists() else 0
 
 
-def _mid_epoch_checkpoint(out: Path) -> bool:
-    """The newest checkpoint was written inside an epoch after the first."""
-    ckpt = running_checkpoint(out)
-    return ckpt is not None and bool(ckpt.get("batch")) and int(ckpt["epoch"]) >= 0
+class _Output:
+    """A running process's stdout and stderr, read as they come (threads); ``seen(pattern)``
+    waits for a matching stderr line."""
+
+    def __init__(self, proc: subprocess.Popen) -> None:
+        self.proc, self.lines, self.out = proc, [], []
+        self.cond = threading.Condition()
+        self.threads = [threading.Thread(target=self._read, args=(proc.stderr, self.lines), daemon=True),
+                        threading.Thread(target=self._read, args=(proc.stdout, self.out), daemon=True)]
+        for t in self.threads:
+            t.start()
+
+    def _read(self, stream, into: list[str]) -> None:
+        for line in stream:
+            with self.cond:
+                into.append(line)
+                self.cond.notify_all()
+
+    def seen(self, pattern: re.Pattern, timeout_s: float) -> bool:
+        deadline = time.monotonic() + timeout_s
+        with self.cond:
+            while not any(pattern.search(line) for line in self.lines):
+                if self.proc.poll() is not None or time.monotonic() > deadline:
+                    return False
+                self.cond.wait(0.05)
+        return True
+
+    def stderr(self) -> str:
+        """Everything the process wrote to stderr (once it ended)."""
+        for t in self.threads:
+            t.join(timeout=60)
+        return "".join(self.lines)
 
 
 def _kill_a_rank_when(proc: subprocess.Popen, ready, timeout_s: float = 300) -> None:
@@ -71,6 +101,10 @@ def _kill_a_rank_when(proc: subprocess.Popen, ready, timeout_s: float = 300) -> 
         time.sleep(0.02)
     assert ready(), "the run never reached the point of the kill"
     rank_processes(proc.pid)[1].kill()  # SIGKILL rank 1
+
+
+#: rank 0 logs this line right after it wrote a checkpoint inside epoch 1 or later (0-based)
+_MID_EPOCH_CHECKPOINT = re.compile(r"epoch [1-9]\d*: checkpoint after mini-batch \d+")
 
 
 @pytest.mark.slow
@@ -87,10 +121,18 @@ def test_a_killed_rank_is_restarted_and_the_records_equal_an_uninterrupted_run(g
                             stderr=subprocess.PIPE, text=True)
     try:
         if mid_epoch:
-            _kill_a_rank_when(proc, lambda: _epochs_written(out) >= 1 and _mid_epoch_checkpoint(out))
+            # the log line, not a look at the checkpoint files: a run that writes one every 4
+            # batches replaces them faster than a reader can always catch one whole (a reader
+            # that polled them missed every mid-epoch checkpoint of some runs on a quiet host)
+            output = _Output(proc)
+            assert output.seen(_MID_EPOCH_CHECKPOINT, 300), "no checkpoint inside an epoch after the first: " + (
+                output.stderr()[-2000:] if proc.poll() is not None else "(still running)")
+            rank_processes(proc.pid)[1].kill()  # SIGKILL rank 1
+            proc.wait(timeout=900)
+            err = output.stderr()
         else:
             _kill_a_rank_when(proc, lambda: _epochs_written(out) >= 2)  # epochs 0 and 1 are written
-        _, err = proc.communicate(timeout=900)
+            _, err = proc.communicate(timeout=900)
     finally:
         if proc.poll() is None:
             proc.kill()
