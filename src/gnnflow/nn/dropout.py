@@ -32,10 +32,10 @@ from torch import nn
 STEPS = 1 << 16  # the mask compares 16-bit draws with round(p * STEPS)
 
 
-def keep_mask(shape: torch.Size, p: float, also: np.ndarray | torch.Tensor | None = None) -> torch.Tensor:
+def keep_mask(shape: torch.Size, p: float, also: np.ndarray | None = None) -> torch.Tensor:
     """A float32 mask of ``shape``: ``scale`` where an element is kept (probability ``1 -
-    round(p STEPS) / STEPS``, and ``also`` is true where given: a boolean array or CPU tensor of
-    ``shape``), 0 elsewhere; ``scale = STEPS / (STEPS - round(p STEPS))`` keeps the expectation.
+    round(p STEPS) / STEPS``, and ``also``, a boolean array of ``shape``, is true where given),
+    0 elsewhere; ``scale = STEPS / (STEPS - round(p STEPS))`` keeps the expectation.
     Consumes one draw of torch's default generator."""
     n = int(np.prod(shape)) if len(shape) else 1
     seed = int(torch.randint(0, 1 << 62, (1,)).item())
@@ -43,7 +43,7 @@ def keep_mask(shape: torch.Size, p: float, also: np.ndarray | torch.Tensor | Non
     drop = int(round(p * STEPS))
     keep = bits >= drop
     if also is not None:
-        keep &= (also.numpy() if isinstance(also, torch.Tensor) else np.asarray(also)).reshape(-1)
+        keep &= also.reshape(-1)
     # numpy writes the scaled float mask in one pass (torch's bool -> float casts are several times slower)
     return torch.from_numpy(np.multiply(keep, np.float32(STEPS / (STEPS - drop)), dtype=np.float32)).view(shape)
 
