@@ -73,6 +73,51 @@ def test_a_damaged_file_is_refused_and_the_previous_checkpoint_used(tmp_path, ca
     assert "last.pt: cannot be trusted" in str(err.value) and "\n" not in str(err.value)
 
 
+class _Killed(BaseException):
+    """The process died here (a BaseException, as a kill is: nothing catches it)."""
+
+
+def test_a_kill_at_any_step_of_a_checkpoint_write_leaves_a_good_one(tmp_path, monkeypatch):
+    """A SIGKILL between any two file operations of ``save_verified`` (renames, links, unlinks)
+    leaves ``last.pt`` or ``prev.pt`` whole: resuming loads the new checkpoint or the one before,
+    never raises.  (Moving last.pt to prev.pt and then its digest left, between the two, prev.pt
+    with the digest of the checkpoint before it: both refused.)"""
+    import torch
+
+    def ckpt(epoch: int) -> dict:
+        return {"epoch": epoch, "world_size": 1, "ranks": [{"w": torch.full((512,), float(epoch))}], "rng": [{}]}
+
+    steps = 0
+    for die_at in range(1, 100):
+        run = tmp_path / f"k{die_at}"
+        for epoch in (0, 1):
+            save_verified(ckpt(epoch), run / CKPT, keep_previous=run / PREV_CKPT)
+        count = [0]
+        with monkeypatch.context() as m:
+            for name in ("replace", "link", "unlink"):
+                real = getattr(os, name)
+
+                def step(*a, _real=real, **kw):
+                    count[0] += 1
+                    if count[0] == die_at:
+                        raise _Killed
+                    return _real(*a, **kw)
+
+                m.setattr(os, name, step)
+            try:
+                save_verified(ckpt(2), run / CKPT, keep_previous=run / PREV_CKPT)
+                finished = True
+            except _Killed:
+                finished = False
+        got = load_checkpoint(run)
+        assert got["epoch"] in (1, 2) and torch.equal(got["ranks"][0]["w"], ckpt(got["epoch"])["ranks"][0]["w"])
+        if finished:
+            assert got["epoch"] == 2 and load_verified(run / PREV_CKPT)["epoch"] == 1
+            steps = count[0]
+            break
+    assert steps >= 5  # every rename of the rotation and of the write was a place to die
+
+
 def test_a_bit_flipped_checkpoint_resumes_from_the_one_before(tiny_store, tmp_path):
     """4 KB-sized damage inside last.pt: ``--resume`` says so and resumes from prev.pt; the records
     then equal an uninterrupted run's (the damaged epoch is trained again)."""

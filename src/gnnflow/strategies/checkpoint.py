@@ -29,6 +29,7 @@ import json
 import logging
 import os
 import random
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -57,21 +58,38 @@ def save_verified(obj: Any, path: str | os.PathLike[str], keep_previous: Path | 
     """``torch.save(obj)`` to ``path`` atomically, then its sha256 beside it.  With
     ``keep_previous``, the file already at ``path`` (and its digest) becomes that one first.
     Serialised in memory, then written with plain file writes, so a full or read-only disk
-    raises ``OSError`` naming the file (torch's zip writer reports it as an unrelated error)."""
+    raises ``OSError`` naming the file (torch's zip writer reports it as an unrelated error).
+
+    A process killed at any step leaves at least one of ``path`` and ``keep_previous`` whole
+    (its digest matches): ``keep_previous`` becomes a copy of ``path`` while ``path`` stays in
+    place (hard links, so no bytes are copied), and only then is ``path`` replaced.  A file
+    whose new bytes are in place before its digest has no digest in between ("the write did
+    not finish"), never an old digest that no longer matches."""
     path = Path(path)
     buf = _io.BytesIO()
     torch.save(obj, buf)
     data = buf.getbuffer()
     if keep_previous is not None and path.exists():
-        os.replace(path, keep_previous)
+        digest_path(keep_previous).unlink(missing_ok=True)
+        _replace_with_link(path, keep_previous)
         if digest_path(path).exists():
-            os.replace(digest_path(path), digest_path(keep_previous))
-        else:
-            digest_path(keep_previous).unlink(missing_ok=True)
+            _replace_with_link(digest_path(path), digest_path(keep_previous))
+    digest_path(path).unlink(missing_ok=True)
     with atomic_file(path) as tmp:
         tmp.write_bytes(data)
     with atomic_file(digest_path(path)) as tmp:
         tmp.write_text(hashlib.sha256(data).hexdigest() + "\n")
+
+
+def _replace_with_link(src: Path, dst: Path) -> None:
+    """Make ``dst`` the same file as ``src`` in one rename (a hard link; a copy where the file
+    system has none), ``src`` left in place."""
+    with atomic_file(dst) as tmp:
+        tmp.unlink()
+        try:
+            os.link(src, tmp)
+        except OSError:
+            shutil.copyfile(src, tmp)
 
 
 def damage(path: Path) -> str | None:
