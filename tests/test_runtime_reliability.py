@@ -97,9 +97,9 @@ def test_a_kill_at_any_step_of_a_checkpoint_write_leaves_a_good_one(tmp_path, mo
             for name in ("replace", "link", "unlink"):
                 real = getattr(os, name)
 
-                def step(*a, _real=real, **kw):
-                    count[0] += 1
-                    if count[0] == die_at:
+                def step(*a, _real=real, _count=count, _die_at=die_at, **kw):
+                    _count[0] += 1
+                    if _count[0] == _die_at:
                         raise _Killed
                     return _real(*a, **kw)
 
