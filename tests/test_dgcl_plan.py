@@ -185,9 +185,9 @@ def test_more_than_62_parts(parts) -> None:
     from gnnflow.comm.plan import comm_relation_from_halos
     from gnnflow.comm.topology import uniform_topology
 
-    g = random_store_arrays(num_nodes=1500, avg_degree=6, seed=3)
+    g = random_store_arrays(num_nodes=800, avg_degree=6, seed=3)
     indptr, indices = g["indptr"], g["indices"]
-    node_part = np.random.default_rng(3).integers(0, parts, 1500).astype(np.int32)
+    node_part = np.random.default_rng(3).integers(0, parts, 800).astype(np.int32)
     rel = comm_relation(indptr, indices, node_part, parts)
     halos = []
     for j in range(parts):
