@@ -4,7 +4,7 @@ A rank holds only its part's structure: the in-edges of its own (inner)
 vertices.  To sample one hop for a frontier, the frontier is split by owner:
 
 * the rank's own vertices are sampled locally from the part's CSR with the
-  shared primitive :func:`gnnflow.sampling.csr_sample_neighbors`;
+  shared primitive :func:`gnnflow.sampling.neighbor.sample_edge_positions`;
 * the others are sent to their owners, which sample them from THEIR part's
   CSR (which holds every in-edge of those vertices) and send back, per seed,
   the number of sampled neighbours and their global ids.
@@ -53,8 +53,15 @@ import torch
 from gnnflow.comm.collectives import CommStats, alltoall_slots, alltoallv, world
 from gnnflow.errors import ConfigError
 from gnnflow.runtime.devices import HOST
-from gnnflow.sampling import Block, NeighborSampler, csr_sample_neighbors
-from gnnflow.sampling.neighbor import LayerwiseSampler, Relabeler, _as_np, check_fanouts
+from gnnflow.sampling import Block, NeighborSampler
+from gnnflow.sampling.neighbor import (
+    LayerwiseSampler,
+    Relabeler,
+    _as_np,
+    check_fanouts,
+    ragged_arange,
+    sample_edge_positions,
+)
 from gnnflow.sampling.typed import LayerFanout, relation_fanouts, sample_typed_edge_positions
 from gnnflow.strategies.minibatch.pipeline import MiniBatch, add_stats_delta, stats_totals
 
@@ -127,10 +134,8 @@ class DistNeighborSampler(LayerwiseSampler):
                                                             self.key, layer, seeds)
             src = np.asarray(self.part.indices[eid], dtype=np.int64)
             return counts, [self.part.local_to_global[src], rels]
-        dst_pos, src_local = csr_sample_neighbors(self.part.indptr, self.part.indices, rows, fanout, self.key,
-                                                  layer, vertex_ids=seeds)
-        counts = np.bincount(dst_pos.numpy(), minlength=seeds.shape[0]).astype(np.int64)
-        return counts, [self.part.local_to_global[src_local.numpy()]]
+        eid, counts = sample_edge_positions(self.part.indptr, rows, int(fanout), self.key, layer, seeds)
+        return counts, [self.part.local_to_global[self.part.indices[eid]]]
 
     def sample_layer(self, frontier: np.ndarray | torch.Tensor, fanout: Any,  # type: ignore[override]
                      layer: int) -> tuple[Block, torch.Tensor]:
@@ -168,10 +173,17 @@ class DistNeighborSampler(LayerwiseSampler):
                                      self.max_edges(fanout))
         self.remote_seeds += int(order.size)
         counts[order] = rcounts
-        # stitch: edges of own seeds and of remote seeds, reordered into CSR over the frontier
-        edge_dst = np.concatenate([np.repeat(own, own_counts), np.repeat(order, rcounts)])
-        perm = np.argsort(edge_dst, kind="stable")
-        return counts, [np.concatenate([mine, theirs])[perm] for mine, theirs in zip(own_cols, rcols, strict=True)]
+        # stitch: each seed's edges (its own or its owner's reply, in their order) into their place
+        # of the CSR over the frontier
+        starts = np.cumsum(counts) - counts
+        at_own, at_remote = ragged_arange(starts[own], own_counts), ragged_arange(starts[order], rcounts)
+        stitched = []
+        for mine, theirs in zip(own_cols, rcols, strict=True):
+            col = np.empty(int(counts.sum()), dtype=np.int64)
+            col[at_own] = mine
+            col[at_remote] = theirs
+            stitched.append(col)
+        return counts, stitched
 
     def _local_only(self, layer: int, all_own: bool) -> bool:
         """Whether hop ``layer`` needs no exchange: one rank, or the targets' hop with
