@@ -256,8 +256,9 @@ def pytest_runtest_protocol(item, nextitem):
 
 def pytest_collection_modifyitems(config, items):
     """Files with long tests first (those with a ``slurm`` test, then those with a ``slow`` one),
-    each file's tests in their order: the workers hand out files in this order, and a long file
-    handed out last would keep one worker busy while the other has nothing left."""
+    each file's tests in their order: the workers hand out files in this order (`make test` passes
+    ``--no-loadscope-reorder``; by default pytest-xdist re-sorts files by their number of tests), and
+    a long file handed out last would keep one worker busy while the other has nothing left."""
     rank: dict = {}
     for item in items:
         weight = 0 if item.get_closest_marker("slurm") else 1 if item.get_closest_marker("slow") else 2
