@@ -177,9 +177,10 @@ class DistNeighborSampler(LayerwiseSampler):
         # of the CSR over the frontier
         starts = np.cumsum(counts) - counts
         at_own, at_remote = ragged_arange(starts[own], own_counts), ragged_arange(starts[order], rcounts)
+        total = int(counts.sum())
         stitched = []
         for mine, theirs in zip(own_cols, rcols, strict=True):
-            col = np.empty(int(counts.sum()), dtype=np.int64)
+            col = np.empty(total, dtype=np.int64)
             col[at_own] = mine
             col[at_remote] = theirs
             stitched.append(col)
