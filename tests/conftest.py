@@ -181,8 +181,9 @@ def launcher_shm(launcher_pid: int) -> list:
 
 
 def running_checkpoint(run_dir) -> dict | None:
-    """A running run's newest checkpoint, or None while there is none or one is being written
-    (``last.pt`` there but not its digest yet, or moved to ``prev.pt`` between two looks)."""
+    """A running run's newest checkpoint, or None while there is none or it cannot be read now
+    (``last.pt`` there but not its digest yet, and no good ``prev.pt`` beside it, or a file
+    replaced between two looks)."""
     from gnnflow.errors import StoreError
     from gnnflow.strategies.checkpoint import load_checkpoint
 
