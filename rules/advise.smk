@@ -5,6 +5,9 @@
 
 
 rule advise_calibrate:
+    input:
+        # the strategy probe trains with the advice's settings (the first advice's: all share them)
+        settings=[f"{R}/advise/{d}-w{w}.settings.yaml" for d, w in sorted(ADVICE)[:1]],
     output:
         f"{R}/advise/calibration.json",
     log:
@@ -13,14 +16,17 @@ rule advise_calibrate:
         f"{R}/benchmarks/advise/calibrate.tsv",
     params:
         workers=",".join(str(w) for w in sorted({w for _, w in ADVICE})) or "2",
+        probe=lambda w, input: (f"--config {input.settings[0]}" if input.settings else "")
+        + ("" if (config.get("advise") or {}).get("strategy_probe", True) else " --no-strategy-probe"),
     threads: 2
     resources:
         mem_mb=4000,
-        runtime=30,
+        runtime=60,
     conda:
         "../envs/gnnflow.yaml"
     shell:
-        "{GNNFLOW} advise --calibrate --calibration {output} --calibrate-workers {params.workers} > {log} 2>&1"
+        "{GNNFLOW} advise --calibrate --calibration {output} --calibrate-workers {params.workers} {params.probe} "
+        "> {log} 2>&1"
 
 
 rule advise_settings:

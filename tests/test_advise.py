@@ -338,3 +338,62 @@ def test_workflow_dry_run_with_advice_and_top_k(tmp_path):
     for job in ("advise_calibrate", "advise ", "advice_report"):
         assert job in out
     assert "checkpoint" in out
+
+
+def test_strategy_probe_fits_measured_against_modelled_and_the_advice_applies_it(graph_book, tmp_path):
+    """The probe trains each candidate on two graphs of its own and fits measured = factor x
+    modelled + overhead x iterations; the advice's prediction is the model's with that fit (its
+    label's, else its strategy's, else the nearest rank count's, else another model's, else none)."""
+    import gnnflow.advise.strategy_probe as sp
+    from gnnflow.advise.advice import advise
+
+    graph, book, tmp = graph_book
+    cal = read_calibration(fake_calibration(tmp / "cal_probe.json"))
+    settings = sp.probe_settings(model="sage", hidden=16, fanouts=(5, 5), batch_size=256)
+    seen: dict[str, list] = {}
+    real = sp.probe_points
+
+    def spy(rows):  # the points the probe measured, kept to check the fit against
+        got = real(rows)
+        for k, v in got.items():
+            seen.setdefault(k, []).append(v)
+        return got
+
+    sp.probe_points = spy
+    graphs = {"a": {"num_nodes": 1500, "avg_degree": 6, "feature_dim": 8},
+              "b": {"num_nodes": 2500, "avg_degree": 16, "feature_dim": 48, "train_frac": 0.3}}
+    try:
+        sp.probe_into(cal, [2], settings, workdir=tmp_path / "probe", progress=lambda _m: None, epochs=2,
+                   graphs=graphs, candidates=[("single", {}), ("data", {}), ("split", {}), ("fullbatch", {})])
+    finally:
+        sp.probe_points = real
+    got = cal.strategies["sage"]["2"]
+    assert cal.strategy_probe["sage"]["settings"] == settings and cal.strategy_probe["sage"]["graphs"] == graphs
+    assert set(got) == set(seen) == {"data", "split", "single"}  # fullbatch trains gcn only: refused
+    for label, (factor, overhead) in got.items():
+        pts = seen[label]
+        assert len(pts) == 2 and all(p[1] >= 1 for p in pts)
+        assert [factor, overhead] == sp.fit(pts, label)
+        if overhead > 0 and factor > 0.25:  # two points, two unknowns: exact
+            for modelled, its, measured in pts:
+                assert factor * modelled + overhead * its == pytest.approx(measured, rel=1e-3)
+    assert sp.fit([(1.0, 4, 2.0)]) == [2.0, 0.0]  # one point: the ratio
+    assert sp.fit([(1.0, 10, 1.5), (2.0, 10, 2.5)]) == pytest.approx([1.0, 0.05])
+    assert sp.fit([(1.0, 10, 40.0)])[0] == 8.0  # clipped
+
+    base = _config(graph, model="sage")
+    model_alone = Calibration(**{**cal.__dict__, "strategies": {}})
+    plain = {r.label: r.prediction for r in advise(base, book, model_alone, strategies=["data", "split"]).rows}
+    fitted = {r.label: r.prediction for r in advise(base, book, cal, strategies=["data", "split"]).rows}
+    for k, p in plain.items():
+        factor, overhead = got.get(k, got[k.split()[0]])  # a variant not probed: its strategy's
+        assert (p.factor, p.overhead_s) == (1.0, 0.0) and p.iterations >= 1
+        assert fitted[k].epoch_s == pytest.approx(p.epoch_s * factor + overhead * p.iterations)
+        assert fitted[k].model_epoch_s == pytest.approx(p.epoch_s)
+    table = Calibration(strategies={"sage": {"2": {"data": [1.5, 0.0], "hec x=1": [3.0, 0.01]}, "8": {"data": [2.5, 0.0]}},
+                                    "gcn": {"2": {"split": [1.2, 0.0]}}})
+    assert table.strategy_factor("sage", 2, "hec x=1", "hec") == (3.0, 0.01)
+    assert table.strategy_factor("sage", 2, "data pipeline=false", "data") == (1.5, 0.0)  # the strategy's own
+    assert table.strategy_factor("sage", 4, "data", "data") == (2.5, 0.0)  # nearest count (ties: the larger)
+    assert table.strategy_factor("sage", 2, "split", "split") == (1.2, 0.0)  # another model's
+    assert table.strategy_factor("gat", 16, "p3", "p3") == (1.0, 0.0)

@@ -83,7 +83,9 @@ class Row:
         if self.prediction is not None:
             out.update(predicted_epoch_s=self.prediction.epoch_s, reason=self.prediction.reason(),
                        predicted_stages=self.prediction.stages, dominant=self.prediction.dominant,
-                       predicted_cpu_s=self.prediction.per_rank_cpu)
+                       predicted_cpu_s=self.prediction.per_rank_cpu, iterations=self.prediction.iterations,
+                       factor=self.prediction.factor, overhead_s=self.prediction.overhead_s,
+                       model_epoch_s=self.prediction.model_epoch_s)
         if self.measured is not None:
             out["measured"] = {k: v for k, v in self.measured.items() if k != "per_rank"}
         return out
@@ -224,7 +226,10 @@ def advise(base: Any, book: str | None, cal: Calibration, nnodes: int = 1, strat
         assert inp is not None
         st = Setting(cfg=cfg, feature_dim=inp.feature_dim, num_classes=inp.num_classes, num_nodes=inp.num_nodes,
                      workers=int(cfg.workers), nnodes=nnodes if cfg.workers > 1 else 1, device=cfg.device)
-        row.prediction = predict(cal, st, works[key])
+        # the probe trains on CPU ranks: a GPU candidate keeps the model alone
+        factor, overhead = cal.strategy_factor(str(cfg.model), int(base.workers), name, strategy) \
+            if str(cfg.device) == "cpu" else (1.0, 0.0)
+        row.prediction = predict(cal, st, works[key]).scaled(factor, overhead)
     ok = sorted((r for r in rows if r.prediction is not None and not r.refused), key=lambda r: r.predicted_s or 0)
     for i, r in enumerate(ok):
         r.rank = i + 1

@@ -29,7 +29,11 @@ adds to a rate (``rank_<stage>``) too:
   all-to-all latency and seconds per byte between P local processes, and ``cores``: how many
   cores' worth of CPU P busy processes get together (P x each one's CPU/wall share);
 * ``dgl`` — DGL 1.1.3's own neighbour sampler per edge and its SAGE layer's forward/backward
-  relative to ours (the DistDGL peer), when DGL is installed.
+  relative to ours (the DistDGL peer), when DGL is installed;
+* ``strategies`` — the strategy factors: every candidate trained for a few epochs on three probe
+  graphs, measured against modelled epoch time fitted as ``factor x modelled + overhead x
+  iterations`` per model, rank count and candidate (:mod:`gnnflow.advise.strategy_probe`;
+  ``strategy_probe`` says with which settings and graphs, and when).
 
 The file is small JSON; :func:`read_calibration` checks it and names what is wrong.
 """
@@ -78,6 +82,11 @@ class Calibration:
     threads: float = 1.0
     collectives: dict[str, dict[str, float]] = field(default_factory=dict)
     dgl: dict[str, float] = field(default_factory=dict)
+    #: strategy factors, ``model -> rank count -> candidate label -> [factor, overhead seconds per
+    #: iteration]`` (:mod:`gnnflow.advise.strategy_probe`); empty: the model alone
+    strategies: dict[str, dict[str, dict[str, list[float]]]] = field(default_factory=dict)
+    #: per model, what the strategy probe ran (settings, graph) and when
+    strategy_probe: dict[str, dict[str, Any]] = field(default_factory=dict)
     #: forward/backward seconds timed at a run's own block shapes (:mod:`gnnflow.advise.shapes`),
     #: measured where the advice runs and kept in memory only (not written by :meth:`to_json`)
     shapes: dict[str, float] = field(default_factory=dict)
@@ -108,6 +117,21 @@ class Calibration:
 
         out["cores"] = float(min(workers, usable_cores())) * out.get("cores", 1.0) / max(1.0, min(near, usable_cores()))
         return out
+
+    def strategy_factor(self, model: str, workers: int, label: str, strategy: str) -> tuple[float, float]:
+        """``(factor, overhead seconds per iteration)`` of candidate ``label`` (of ``strategy``)
+        for ``model`` on ``workers`` ranks (:mod:`gnnflow.advise.strategy_probe`): its own fit, else
+        its strategy's (default options), each at the nearest probed rank count (``log2``
+        distance, the larger on a tie), else another model's; ``(1, 0)`` when there is none."""
+        for m in [model] + sorted(k for k in self.strategies if k != model):
+            per_p = self.strategies.get(m) or {}
+            near = sorted(per_p, key=lambda k: (abs(math.log2(max(int(k), 1)) - math.log2(max(workers, 1))), -int(k)))
+            for key in (label, strategy):
+                for k in near:
+                    if key in per_p[k]:
+                        factor, overhead = per_p[k][key]
+                        return float(factor), float(overhead)
+        return 1.0, 0.0
 
     def to_json(self) -> str:
         data = asdict(self)
@@ -471,7 +495,8 @@ def calibrate_dgl(indptr: np.ndarray, indices: np.ndarray) -> dict[str, float]:
 
 def calibrate(workers: list[int], device: str = "cpu", models: tuple[str, ...] = MODELS,
               progress: Callable[[str], None] = log.info, collectives: bool = True) -> Calibration:
-    """Measure this machine (a minute or two on a quiet 2-core host)."""
+    """Measure this machine (a minute or two on a quiet 2-core host; the strategy factors are
+    :func:`gnnflow.advise.strategy_probe.probe_into`'s, two to four minutes more per rank count)."""
     from gnnflow.advise.collectives import calibrate_collectives
 
     cal = Calibration(created=time.strftime("%Y-%m-%d %H:%M:%S %Z"), machine=machine(), device=device)

@@ -62,6 +62,31 @@ class Prediction:
     per_rank_s: list[float] = field(default_factory=list)
     #: each rank's CPU seconds (its stages before the core share and the waits)
     per_rank_cpu: list[float] = field(default_factory=list)
+    #: iterations per rank of the epoch (1 for the full-batch strategies)
+    iterations: int = 1
+    #: the strategy factor applied (:mod:`gnnflow.advise.strategy_probe`): the model's epoch
+    #: times ``factor`` plus ``overhead_s`` per iteration; 1 and 0: the model alone
+    factor: float = 1.0
+    overhead_s: float = 0.0
+
+    @property
+    def model_epoch_s(self) -> float:
+        """The model's epoch before the strategy factor."""
+        return (self.epoch_s - self.overhead_s * self.iterations) / self.factor
+
+    def scaled(self, factor: float, overhead_s: float = 0.0) -> Prediction:
+        """The model's prediction with a strategy factor: epoch, stages and rank times times
+        ``factor``, plus ``overhead_s`` per iteration (stage ``overhead``); CPU seconds kept."""
+        if (self.factor, self.overhead_s) != (1.0, 0.0):
+            raise ValueError("a prediction takes one strategy factor")
+        extra = overhead_s * self.iterations
+        stages = {k: v * factor for k, v in self.stages.items()}
+        if extra > 0:
+            stages["overhead"] = extra
+        return Prediction(epoch_s=self.epoch_s * factor + extra, stages=stages,
+                          per_rank_s=[t * factor + extra for t in self.per_rank_s],
+                          per_rank_cpu=list(self.per_rank_cpu), iterations=self.iterations, factor=factor,
+                          overhead_s=overhead_s)
 
     @property
     def dominant(self) -> str:
@@ -437,6 +462,7 @@ PREDICTORS = {"single": predict_single, "data": predict_data, "distdgl": predict
 def predict(cal: Calibration, st: Setting, works: list[RankWork]) -> Prediction:
     """The epoch of ``st.cfg.strategy`` on ``works`` (one :class:`RankWork` per rank)."""
     pred = PREDICTORS[st.cfg.strategy](cal, st, works)
+    pred.iterations = max((w.iterations for w in works), default=1)
     if not math.isfinite(pred.epoch_s):
         raise ValueError(f"cost model: no finite epoch time for {st.cfg.strategy}")
     return pred

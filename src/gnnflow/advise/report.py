@@ -26,7 +26,10 @@ def error_pct(row: Row) -> float | None:
 def table_rows(adv: Advice) -> tuple[list[str], list[list[str]]]:
     """The header and cells of the advice table."""
     measured = any(r.measured for r in adv.rows)
+    factors = any(r.prediction and (r.prediction.factor, r.prediction.overhead_s) != (1.0, 0.0) for r in adv.rows)
     head = ["#", "candidate", "epoch s (predicted)", "dominant stages", "peak MiB/rank", "fits"]
+    if factors:
+        head.insert(3, "factor")
     if measured:
         head += ["epoch s (measured)", "error"]
     cells = []
@@ -37,6 +40,9 @@ def table_rows(adv: Advice) -> tuple[list[str], list[list[str]]]:
             line = [str(r.rank) if r.rank else "-", r.label, _fmt_s(r.predicted_s),
                     r.prediction.reason() if r.prediction else "", f"{r.peak_mib:.0f}",
                     "yes" if r.fits and not r.refused else f"no: {r.refused}" if r.refused else "no"]
+        if factors:
+            line.insert(3, f"x{r.prediction.factor:.2f} + {1e3 * r.prediction.overhead_s:.0f} ms/it"
+                        if r.prediction else "-")
         if measured:
             m = r.measured or {}
             err = error_pct(r)
@@ -61,7 +67,9 @@ def format_advice(adv: Advice, fmt: str = "text") -> str:
     head, cells = table_rows(adv)
     notes = [f"calibration: {adv.calibration or '-'}; memory available {adv.available_mib:.0f} MiB "
              f"({adv.available_source}); predictions are training time per epoch (evaluation and start-up "
-             "left out), peak memory the preflight's"]
+             "left out), peak memory the preflight's"
+             + ("; factor: the strategy factor of the calibration's probe runs, in the predicted epoch"
+                if "factor" in head else "")]
     if fmt == "markdown":
         out = [f"**{headline(adv)}**", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         out += ["| " + " | ".join(c.replace("|", "/") for c in row) + " |" for row in cells]
@@ -125,7 +133,9 @@ def load_advice(path: str | Path) -> Advice:
                 refused=d.get("refused", ""), fits=d.get("fits", False), peak_mib=d.get("peak_mib_per_rank", 0.0),
                 host_mib=d.get("host_mib", 0.0), measured=d.get("measured"), rank=d.get("rank"))
         if "predicted_epoch_s" in d:
-            r.prediction = Prediction(d["predicted_epoch_s"], d.get("predicted_stages", {}))
+            r.prediction = Prediction(d["predicted_epoch_s"], d.get("predicted_stages", {}),
+                                      per_rank_cpu=d.get("predicted_cpu_s", []), iterations=d.get("iterations", 1),
+                                      factor=d.get("factor", 1.0), overhead_s=d.get("overhead_s", 0.0))
         rows.append(r)
     return Advice(graph=data["graph"], partition=data.get("partition"), workers=data["workers"],
                   nnodes=data.get("nnodes", 1), device=data.get("device", "cpu"), model=data.get("model", ""),

@@ -56,7 +56,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--workdir", default="results/bench-advise", help="graphs, books, calibration, advice files")
     parser.add_argument("--graphs", default=",".join(GRAPHS), help=f"subset of {','.join(GRAPHS)}")
     parser.add_argument("--workers", default="2,4", help="rank counts (default 2,4)")
-    parser.add_argument("--epochs", type=int, default=3, help="epochs per measured run; the first is left out")
+    parser.add_argument("--epochs", type=int, default=4,
+                        help="epochs per measured run; the first is left out, the median of the rest is kept")
     parser.add_argument("--model", default="gcn", choices=("sage", "gcn", "gat"),
                         help="model of every run (default gcn: the full-batch strategies train GCN only)")
     parser.add_argument("--hidden", type=int, default=64)
@@ -68,6 +69,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--reuse", action="store_true",
                         help="reuse the calibration and the measurements in --workdir; predict again")
     parser.add_argument("--timeout", type=float, default=1800.0, help="seconds per launch of ranks")
+    parser.add_argument("--no-strategy-probe", action="store_true",
+                        help="calibrate without the strategy probe: check the cost model alone")
 
 
 # ------------------------------------------------------------------------------------------ inputs
@@ -160,18 +163,22 @@ def config_figures(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def strategy_errors(configs: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, Any]]:
-    """Per strategy over every configuration: median and worst relative error of the epoch time."""
-    errs: dict[str, list[tuple[float, str]]] = {}
+    """Per strategy over every configuration: median and worst relative error of the epoch time,
+    and the same of the cost model alone (``model_*``: before the strategy factor)."""
+    errs: dict[str, list[tuple[float, str, float]]] = {}
     for name, rows in configs.items():
         for r in rows:
             m = r.get("measured", {}).get("epoch_s")
             if m and r.get("predicted_epoch_s") is not None:
-                errs.setdefault(r["strategy"], []).append((abs(r["predicted_epoch_s"] - m) / m, f"{name}: {r['label']}"))
+                model = r.get("model_epoch_s", r["predicted_epoch_s"])
+                errs.setdefault(r["strategy"], []).append(
+                    (abs(r["predicted_epoch_s"] - m) / m, f"{name}: {r['label']}", abs(model - m) / m))
     out = {}
     for s, e in errs.items():
         worst = max(e)
-        out[s] = {"median": statistics.median(x for x, _ in e), "worst": worst[0], "worst_at": worst[1],
-                  "points": len(e)}
+        out[s] = {"median": statistics.median(x for x, _, _ in e), "worst": worst[0], "worst_at": worst[1],
+                  "points": len(e), "model_median": statistics.median(x for _, _, x in e),
+                  "model_worst": max(x for _, _, x in e)}
     return out
 
 
@@ -179,6 +186,7 @@ def strategy_errors(configs: dict[str, list[dict[str, Any]]]) -> dict[str, dict[
 def run(args: argparse.Namespace) -> dict[str, Any]:
     from gnnflow.advise.advice import CANDIDATES, advise, measure_top
     from gnnflow.advise.calibrate import calibrate, read_calibration, refresh_host
+    from gnnflow.advise.strategy_probe import probe_into, probe_settings
     from gnnflow.config import TrainConfig, parse_fanouts
     from gnnflow.errors import ConfigError
 
@@ -193,7 +201,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     cal_path = Path(args.calibration) if args.calibration else workdir / "calibration.json"
     if not args.calibration and not (args.reuse and cal_path.exists()):
         log.info("bench advise: calibrating this machine")
-        cal_path.write_text(calibrate(sorted(set(workers)), models=tuple(dict.fromkeys(["gcn", args.model]))).to_json())
+        cal = calibrate(sorted(set(workers)), models=tuple(dict.fromkeys(["gcn", args.model])))
+        if not args.no_strategy_probe:
+            probe_into(cal, workers, probe_settings(model=args.model, hidden=args.hidden,
+                                                    fanouts=tuple(parse_fanouts(args.fanouts)),
+                                                    batch_size=args.batch_size))
+        cal_path.write_text(cal.to_json())
     cal = read_calibration(cal_path)
     candidates = BENCH_CANDIDATES if args.candidates == "bench" else CANDIDATES
     configs: dict[str, list[dict[str, Any]]] = {}
@@ -277,7 +290,8 @@ def summary_text(result: dict[str, Any]) -> str:
     lines = [f"bench advise ({result['setting']}; {result['wall_s'] / 60:.1f} min): per strategy |pred - meas| / meas"]
     for s, e in sorted(result["strategies"].items()):
         lines.append(f"  {s:10s} median {100 * e['median']:5.1f} %  worst {100 * e['worst']:5.1f} % "
-                     f"({e['points']} points; worst {e['worst_at']})")
+                     f"({e['points']} points; worst {e['worst_at']}; model alone {100 * e['model_median']:.0f} / "
+                     f"{100 * e['model_worst']:.0f} %)")
     lines.append("per configuration: Kendall tau; predicted fastest vs measured fastest")
     for name, c in result["configs"].items():
         if "tau" in c:

@@ -5,7 +5,7 @@
     gnnflow advise --graph G [--partition B] --workers P [--nnodes N] [--device cpu|cuda]
                    [--model M --hidden H --fanouts 10,10 --batch-size B ...] [--calibration FILE]
                    [--measure K] [--format text|json|markdown] [--out FILE]
-    gnnflow advise --calibrate [--calibration FILE] [--calibrate-workers 2,4]
+    gnnflow advise --calibrate [--calibration FILE] [--calibrate-workers 2,4] [--no-strategy-probe]
 
 The training settings are ``gnnflow train``'s flags (or ``--config``); ``--strategy`` (or
 ``--strategies a,b``) keeps those candidates only.  Without ``--partition`` a METIS book of
@@ -49,6 +49,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        help="measure this machine's rates now and write --calibration (then advise if --graph)")
     group.add_argument("--calibrate-workers", default="2,4",
                        help="rank counts whose collectives the calibration measures (default 2,4; --workers too)")
+    group.add_argument("--no-strategy-probe", action="store_true",
+                       help="calibrate without training every candidate on the probe graph (faster; the "
+                            "predictions are then the cost model's alone, docs/advise.md)")
     group.add_argument("--measure", type=int, default=0, metavar="K",
                        help="train the K best candidates for a short run each and print measured beside predicted")
     group.add_argument("--measure-epochs", type=int, default=2, help="epochs of a measured run; the first is "
@@ -130,10 +133,40 @@ def _calibrate(path: Path, workers: list[int], args: argparse.Namespace) -> None
 
     models = tuple(dict.fromkeys(["sage", "gcn", *([args.model] if args.model in ("gat",) else [])]))
     cal = calibrate(workers, device=args.device or "cpu", models=models)
+    if not args.no_strategy_probe and cal.device == "cpu":
+        from gnnflow.advise.strategy_probe import probe_into
+
+        probe_into(cal, workers, _probe_settings(args))
     path.parent.mkdir(parents=True, exist_ok=True)
     with atomic_file(path) as tmp:
         tmp.write_text(cal.to_json())
     log.info("calibration written to %s", path)
+
+
+def _probe_settings(args: argparse.Namespace) -> dict[str, object]:
+    """The strategy probe's training settings: the command's model (a built-in homogeneous one;
+    else GraphSAGE), hidden width, fanouts and batch size (flags, else ``--config``'s keys), else
+    ``gnnflow train``'s defaults."""
+    import yaml
+
+    from gnnflow.advise.strategy_probe import probe_settings
+    from gnnflow.config import TrainConfig, parse_fanouts
+
+    d = TrainConfig(graph="-")
+    given = yaml.safe_load(Path(args.config).read_text()) or {} if getattr(args, "config", None) else {}
+
+    def pick(key: str) -> object:
+        value = getattr(args, key, None)
+        return value if value is not None else given.get(key)
+
+    fanouts = pick("fanouts") or d.fanouts
+    fanouts = parse_fanouts(fanouts) if isinstance(fanouts, str) else fanouts
+    if not all(isinstance(f, int) for f in fanouts):  # per-relation fanouts: a relational model's
+        fanouts = d.fanouts
+    model = pick("model")
+    return probe_settings(model=model if model in ("sage", "gcn", "gat") else d.model,
+                          hidden=int(pick("hidden") or d.hidden), fanouts=tuple(fanouts),
+                          batch_size=int(pick("batch_size") or d.batch_size))
 
 
 def _calibration(path: Path, workers: list[int], args: argparse.Namespace) -> object:
