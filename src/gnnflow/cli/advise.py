@@ -50,7 +50,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--calibrate-workers", default="2,4",
                        help="rank counts whose collectives the calibration measures (default 2,4; --workers too)")
     group.add_argument("--no-strategy-probe", action="store_true",
-                       help="calibrate without training every candidate on the probe graph (faster; the "
+                       help="calibrate without training every candidate on the probe graphs (faster; the "
                             "predictions are then the cost model's alone, docs/advise.md)")
     group.add_argument("--measure", type=int, default=0, metavar="K",
                        help="train the K best candidates for a short run each and print measured beside predicted")
