@@ -54,9 +54,9 @@ PROBE_EPOCHS = 3
 BOUNDS = (0.25, 8.0)
 
 
-def probe_settings(model: str = "gcn", hidden: int = 64, fanouts: tuple[int, ...] = (10, 10),
-                   batch_size: int = 1024) -> dict[str, Any]:
-    """The training settings the probe runs use (kept in the calibration file beside the factors)."""
+def probe_settings(model: str, hidden: int, fanouts: tuple[int, ...], batch_size: int) -> dict[str, Any]:
+    """The training settings the probe runs use (kept in the calibration file beside the factors);
+    the commands pass their own (``gnnflow advise``'s flags or config, ``bench advise``'s)."""
     return {"model": model, "hidden": int(hidden), "fanouts": [int(f) for f in fanouts], "batch_size": int(batch_size)}
 
 
