@@ -235,6 +235,28 @@ def test_calibration_file_errors_name_the_file(tmp_path):
         read_calibration(unknown)
 
 
+def test_probe_settings_take_flags_over_the_config_and_a_bad_config_names_the_file(tmp_path):
+    import argparse
+
+    from gnnflow.cli.advise import _calibrate, _probe_settings, add_arguments
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    settings = tmp_path / "s.yaml"
+    settings.write_text("model: gcn\nhidden: 32\nfanouts: [5, 5]\nbatch_size: 256\ngraph: g\n")
+    assert _probe_settings(parser.parse_args(["--config", str(settings), "--hidden", "128"])) == {
+        "model": "gcn", "hidden": 128, "fanouts": [5, 5], "batch_size": 256}
+    assert _probe_settings(parser.parse_args(["--model", "rgcn"]))["model"] == "sage"  # a homogeneous model
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("[1, 2")
+    out = tmp_path / "cal.json"
+    for path, words in ((tmp_path / "none.yaml", "no such file"), (bad, "not valid YAML")):
+        args = parser.parse_args(["--calibrate", "--calibration", str(out), "--config", str(path)])
+        with pytest.raises(ConfigError, match=f"{path.name}: {words}"):
+            _calibrate(out, [2], args)
+        assert not out.exists()  # refused before anything is measured or written
+
+
 def test_calibration_pieces_are_fast_and_positive():
     """The sampler, gather and step microbenchmarks on a small graph; the host's cores."""
     import torch

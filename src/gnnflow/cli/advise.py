@@ -132,11 +132,12 @@ def _calibrate(path: Path, workers: list[int], args: argparse.Namespace) -> None
     from gnnflow.io import atomic_file
 
     models = tuple(dict.fromkeys(["sage", "gcn", *([args.model] if args.model in ("gat",) else [])]))
+    probe = None if args.no_strategy_probe else _probe_settings(args)  # a bad --config fails before measuring
     cal = calibrate(workers, device=args.device or "cpu", models=models)
-    if not args.no_strategy_probe and cal.device == "cpu":
+    if probe is not None and cal.device == "cpu":
         from gnnflow.advise.strategy_probe import probe_into
 
-        probe_into(cal, workers, _probe_settings(args))
+        probe_into(cal, workers, probe)
     path.parent.mkdir(parents=True, exist_ok=True)
     with atomic_file(path) as tmp:
         tmp.write_text(cal.to_json())
@@ -147,13 +148,11 @@ def _probe_settings(args: argparse.Namespace) -> dict[str, object]:
     """The strategy probe's training settings: the command's model (a built-in homogeneous one;
     else GraphSAGE), hidden width, fanouts and batch size (flags, else ``--config``'s keys), else
     ``gnnflow train``'s defaults."""
-    import yaml
-
     from gnnflow.advise.strategy_probe import probe_settings
-    from gnnflow.config import TrainConfig, parse_fanouts
+    from gnnflow.config import TrainConfig, load_settings, parse_fanouts
 
     d = TrainConfig(graph="-")
-    given = yaml.safe_load(Path(args.config).read_text()) or {} if getattr(args, "config", None) else {}
+    given = load_settings(args.config) if getattr(args, "config", None) else {}
 
     def pick(key: str) -> object:
         value = getattr(args, key, None)
