@@ -32,7 +32,7 @@ def test_synthetic_blocks_have_the_counted_shape():
 
 
 def test_timed_forward_backward_is_kept_in_memory_not_in_the_file():
-    from gnnflow.advise.shapes import MAX_TIMED_EDGES, timed_fb
+    from gnnflow.advise.shapes import timed_fb
 
     cal = Calibration(layers=json.loads(json.dumps(LAYERS)))
     cfg = TrainConfig(graph="-", model="gcn", hidden=16, num_layers=2, fanouts=[5, 5])
@@ -43,7 +43,66 @@ def test_timed_forward_backward_is_kept_in_memory_not_in_the_file():
     assert len(cal.shapes) == 1  # the same rounded shape: one timing
     assert "shapes" not in json.loads(cal.to_json())
     assert timed_fb(cal, cfg, "gcn@cuda", layers, 8, 4) is None
-    assert timed_fb(cal, cfg, "gcn", [(1.0, 1.0, MAX_TIMED_EDGES + 1.0)] * 2, 8, 4) is None
+
+
+def test_a_large_shape_is_timed_scaled_down_and_scaled_back_by_the_linear_model():
+    """Beyond ``MAX_TIMED_EDGES`` (all layers) the shape is timed with its rows and edges divided
+    alike to that many, and the time scaled back by the linear model's ratio of the two shapes."""
+    from gnnflow.advise import shapes
+    from gnnflow.advise.features import model_terms
+
+    cal = Calibration(layers=json.loads(json.dumps(LAYERS)))
+    cfg = TrainConfig(graph="-", model="gcn", hidden=16, num_layers=2, fanouts=[5, 5])
+    big = [(40_000.0, 120_000.0, 6.0e6), (8_000.0, 40_000.0, 2.0e6)]  # 8e6 edges: timed at half
+    small = [(d / 2, s / 2, e / 2) for d, s, e in big]
+    old = shapes.MAX_TIMED_EDGES
+    shapes.MAX_TIMED_EDGES = 4.0e6
+    try:
+        t = shapes.timed_fb(cal, cfg, "gcn", big, 8, 4)
+    finally:
+        shapes.MAX_TIMED_EDGES = old
+    assert t is not None and len(cal.shapes) == 1
+    (name, timed), = cal.shapes.items()
+    key = shapes.shape_key("gcn", cfg, 8, 4, small)
+    assert name == repr(key)
+    coef = cal.layer_coefficients("gcn")
+    lin = [float(model_terms(cfg, x, 8, 4) @ coef) for x in (big, [tuple(map(float, d)) for d in key[9]])]
+    assert t == pytest.approx(timed * lin[0] / lin[1], rel=1e-9)
+    assert 1.9 < lin[0] / lin[1] < 2.1
+
+
+def test_a_halo_block_is_timed_as_dgcl_runs_it():
+    """DGCL's ``inner <- inner | halo`` block: every layer keeps its own shape (no mini-batch
+    chaining of sources into the layer below), and the model runs on it with the halo's rows
+    joining between layers, projected first for a narrowing GCN layer; ``predict_dgcl`` times
+    the rank's own block this way."""
+    import torch
+
+    from gnnflow.advise import shapes
+
+    cfg = TrainConfig(graph="-", model="gcn", hidden=16, num_layers=2, fanouts=[5, 5])
+    layers = [(1000.0, 1400.0, 9000.0)] * 2
+    assert shapes.shape_key("gcn", cfg, 64, 4, layers, "halo")[9] == ((1000, 1400, 9000),) * 2
+    assert shapes.shape_key("gcn", cfg, 64, 4, layers)[9] == ((1400, 1400, 9000), (1000, 1400, 9000))
+    for halo in ("halo", "halo-project"):
+        assert shapes.time_shape(shapes.shape_key("gcn", cfg, 64, 4, layers, halo), cfg, repeats=1) > 0
+    # the halo rows enter each layer: their widths are the layer inputs' (64 features, then 16),
+    # or the projected width where a narrowing layer (here both: 64 -> 16 -> 4) projects first
+    from gnnflow.nn import build_model_from_config
+
+    net = build_model_from_config(cfg, 64, 4)
+    dims = ((1000, 1400, 9000),) * 2
+    blocks = shapes.synthetic_blocks(dims)
+    x = torch.randn(1000, 64)
+    seen = []
+    step = net.layer_step
+    net.layer_step = lambda i, b, h, projected=False: seen.append((i, tuple(h.shape), projected)) or step(i, b, h, projected)
+    out = shapes._halo_forward(net, blocks, dims, x, [64, 16], project=True)
+    assert tuple(out.shape) == (1000, 4)
+    assert seen == [(0, (1400, 16), True), (1, (1400, 4), True)]
+    seen.clear()
+    shapes._halo_forward(net, blocks, dims, x, [64, 16], project=False)
+    assert seen == [(0, (1400, 64), False), (1, (1400, 16), False)]
 
 
 def test_a_rank_spends_the_microbenchmarks_times_its_measured_factor():

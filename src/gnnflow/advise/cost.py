@@ -192,14 +192,14 @@ def gather_s(cal: Calibration, rows: float, dim: int, calls: float = 1.0, path: 
 
 
 def fb_s(cal: Calibration, st: Setting, layers: list[tuple[float, float, float]], in_dim: int | None = None,
-         timed: bool = True) -> float:
+         timed: bool = True, halo: str = "") -> float:
     """Forward + backward seconds of one batch's blocks (one thread): the model timed at their
-    shape (:func:`gnnflow.advise.shapes.timed_fb`; sampled mini-batches only, ``timed``), else the
-    calibration's linear model."""
+    shape (:func:`gnnflow.advise.shapes.timed_fb`: sampled mini-batches, or with ``halo`` a
+    full-graph halo block; ``timed``), else the calibration's linear model."""
     model = st.cfg.model
     key = f"{model}@cuda" if st.device == "cuda" and f"{model}@cuda" in cal.layers else model
     width = st.feature_dim if in_dim is None else in_dim
-    got = timed_fb(cal, st.cfg, key, layers, max(1, width), st.num_classes) if timed else None
+    got = timed_fb(cal, st.cfg, key, layers, max(1, width), st.num_classes, halo) if timed else None
     if got is not None:
         return got
     terms = model_terms(st.cfg, layers, width, st.num_classes)
@@ -432,19 +432,23 @@ def predict_fullbatch(cal: Calibration, st: Setting, works: list[RankWork]) -> P
 
 
 def predict_dgcl(cal: Calibration, st: Setting, works: list[RankWork]) -> Prediction:
-    """DGCL: the unchanged layers on ``inner <- inner | halo`` with a halo exchange before every
-    layer (projected rows for a narrowing GCN layer) and its reverse in backward."""
+    """DGCL: the unchanged layers on ``inner <- inner | halo`` (timed on such a block, its halo
+    rows arriving between layers; the replication baseline's L-hop blocks by the linear model)
+    with a halo exchange before every layer (projected rows for a narrowing GCN layer) and its
+    reverse in backward."""
     from gnnflow.strategies.memory import layer_dims
 
     cfg = st.cfg
     params = param_count(cfg, st.feature_dim, st.num_classes)
     dims = layer_dims(cfg, max(1, st.feature_dim), st.num_classes)
     project = cfg.model == "gcn" and cfg.options.project
+    exchanged = cfg.options.planner != "replication"
     ranks = []
     for w in works:
         r = Rank(cal, st, batched=False)
-        r.work("forward_backward", fb_s(cal, st, layer_tuples(w), timed=False))
-        if cfg.options.planner != "replication":
+        r.work("forward_backward", fb_s(cal, st, layer_tuples(w), timed=exchanged,
+                                        halo="halo-project" if project else "halo"))
+        if exchanged:
             for d_in, d_out in dims:
                 width = d_out if project and d_in > d_out else d_in
                 r.exchange("comm", 2 * 2, 2 * 4.0 * width * (w.count("halo_rows") + w.count("halo_rows_sent")))

@@ -15,8 +15,16 @@ forward/backward at these shapes).
 Shapes are rounded to two significant figures (:func:`shape_key`) so ranks and candidates of
 nearly the same shape share one timing; the exact shape's time is the rounded one scaled by the
 calibration's linear model (:meth:`Calibration.layer_coefficients`) from one to the other (a
-local interpolation of a few per cent).  Timings are kept in memory on the calibration
-(``Calibration.shapes``), never in its file: they are measured where the advice runs.
+local interpolation of a few per cent).  A shape of more than :data:`MAX_TIMED_EDGES` edges is
+timed scaled down to that many (rows and edges divided alike, the degree kept) and scaled back
+the same way: at that size a layer's work is linear in its rows and edges.  Timings are kept in
+memory on the calibration (``Calibration.shapes``), never in its file: they are measured where
+the advice runs.
+
+Two kinds of blocks (``halo``): a mini-batch's, fresh every batch, each layer's sources the
+destinations of the layer below; and a full-graph halo block (DGCL's ``inner <- inner | halo``),
+the same block every layer and every epoch (its derived structures built once), the halo's rows
+arriving between layers (projected first for a narrowing GCN layer, as the strategy does).
 """
 
 from __future__ import annotations
@@ -28,7 +36,7 @@ from typing import Any
 import numpy as np
 import torch
 
-#: above this many edges a shape is not timed (seconds of work): the linear fit is used
+#: above this many edges (all layers) a shape is timed scaled down to this many (seconds of work)
 MAX_TIMED_EDGES = 4_000_000
 
 
@@ -39,20 +47,23 @@ def _round2(x: float) -> int:
     return int(round(x / e) * e)
 
 
-def shape_key(model: str, cfg: Any, in_dim: int, classes: int, layers: list[tuple[float, float, float]]) -> tuple:
+def shape_key(model: str, cfg: Any, in_dim: int, classes: int, layers: list[tuple[float, float, float]],
+              halo: str = "") -> tuple:
     """The rounded shape one timing stands for: the model's settings and widths, per layer the
     destinations, sources, edges (two significant figures; a layer's sources at least its
-    destinations, the next layer's sources its destinations)."""
+    destinations; a mini-batch's next layer's sources its destinations), and ``halo``: "" for
+    mini-batch blocks, "halo" for a full-graph halo block, "halo-project" when a narrowing GCN
+    layer's halo rows arrive projected."""
     dims = []
     below = None
     for dst, src, edges in reversed(layers):  # top layer first: its destinations are the targets
         d = max(1, _round2(dst)) if below is None else below
         s = max(d, _round2(src))
         dims.append((d, s, _round2(edges)))
-        below = s
+        below = None if halo else s
     dims.reverse()
     return (model, int(cfg.hidden), int(cfg.num_layers), int(cfg.heads), int(cfg.out_heads), str(cfg.aggregator),
-            float(cfg.dropout), int(in_dim), int(classes), tuple(dims))
+            float(cfg.dropout), int(in_dim), int(classes), tuple(dims), halo)
 
 
 def synthetic_blocks(dims: tuple[tuple[int, int, int], ...], seed: int = 0) -> list[Any]:
@@ -77,12 +88,13 @@ def synthetic_blocks(dims: tuple[tuple[int, int, int], ...], seed: int = 0) -> l
 def time_shape(key: tuple, cfg: Any, repeats: int = 5) -> float:
     """The least CPU seconds of one thread, over ``repeats`` calls after a warm-up, of forward +
     summed cross-entropy + backward of ``cfg``'s model on fresh blocks of ``key``'s shape (the
-    least: other processes on the host only add to it; what P ranks add is ``rank_<stage>``)."""
+    least: other processes on the host only add to it; what P ranks add is ``rank_<stage>``);
+    a halo key's blocks are kept warm and its halo rows join before every layer."""
     import torch.nn.functional as F
 
     from gnnflow.nn import build_model_from_config
 
-    in_dim, classes, dims = key[7], key[8], key[9]
+    in_dim, classes, dims, halo = key[7], key[8], key[9], key[10]
     before = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
@@ -90,15 +102,21 @@ def time_shape(key: tuple, cfg: Any, repeats: int = 5) -> float:
         net = build_model_from_config(cfg, in_dim, classes)
         net.train()
         blocks = synthetic_blocks(dims)
-        x = torch.randn(dims[0][1], in_dim)
         y = torch.randint(0, classes, (dims[-1][0],))
+        if halo:  # the layer's input: the inner rows computed here, the halo's received
+            x = torch.randn(dims[0][0], in_dim)
+            widths = [in_dim] + [int(p.shape[-1]) for p in _layer_outputs(net, blocks, dims, x)]
+        else:
+            x = torch.randn(dims[0][1], in_dim)
         times = []
         for i in range(repeats + 1):
-            for b in blocks:
-                b.cache.clear()  # a new batch's blocks: nothing derived yet
+            if not halo:
+                for b in blocks:
+                    b.cache.clear()  # a new batch's blocks: nothing derived yet
             net.zero_grad(set_to_none=False)
             t = time.thread_time()
-            F.cross_entropy(net(blocks, x), y, reduction="sum").backward()
+            out = _halo_forward(net, blocks, dims, x, widths, halo == "halo-project") if halo else net(blocks, x)
+            F.cross_entropy(out, y, reduction="sum").backward()
             if i:
                 times.append(time.thread_time() - t)
     finally:
@@ -106,18 +124,50 @@ def time_shape(key: tuple, cfg: Any, repeats: int = 5) -> float:
     return float(min(times))
 
 
+def _layer_outputs(net: Any, blocks: list[Any], dims: tuple, x: torch.Tensor) -> list[torch.Tensor]:
+    """Each layer's output on halo blocks (no gradient): their widths size the halo rows."""
+    outs = []
+    with torch.no_grad():
+        h = x
+        for i, (b, (dst, src, _)) in enumerate(zip(blocks, dims, strict=True)):
+            h = net.layer_step(i, b, torch.cat([h, h.new_zeros(src - dst, *h.shape[1:])]))
+            outs.append(h)
+    return outs[:-1]
+
+
+def _halo_forward(net: Any, blocks: list[Any], dims: tuple, x: torch.Tensor, widths: list[int],
+                  project: bool) -> torch.Tensor:
+    """DGCL's forward on halo blocks: before every layer the halo's rows (projected first for a
+    narrowing GCN layer) join the inner rows; the halo rows take gradients, as the rows sent back
+    in backward do."""
+    h = x
+    for i, (b, (dst, src, _)) in enumerate(zip(blocks, dims, strict=True)):
+        first = project and net.projects_first(i)
+        if first:
+            h = net.project(i, h)
+        width = int(h.shape[-1]) if first else widths[i]
+        halo = torch.zeros(src - dst, width, requires_grad=True)
+        h = net.layer_step(i, b, torch.cat([h, halo]), projected=first)
+    return h
+
+
 def timed_fb(cal: Any, cfg: Any, model_key: str, layers: list[tuple[float, float, float]], in_dim: int,
-             classes: int) -> float | None:
+             classes: int, halo: str = "") -> float | None:
     """Seconds of forward + backward of one batch of ``layers`` timed at its rounded shape (kept in
     ``cal.shapes``) and scaled to the exact shape by the linear model; None where the shape is not
-    timed (a GPU, a model the calibration has no fit for, beyond :data:`MAX_TIMED_EDGES`)."""
+    timed (a GPU, a model the calibration has no fit for).  ``halo``: the blocks are a full-graph
+    halo block's (:func:`shape_key`)."""
     from gnnflow.advise.features import model_terms
 
     if model_key.endswith("@cuda") or model_key not in cal.layers or not layers:
         return None
-    if sum(e for _, _, e in layers) > MAX_TIMED_EDGES:
-        return None
-    key = shape_key(model_key, cfg, in_dim, classes, layers)
+    total = sum(e for _, _, e in layers)
+    if total > MAX_TIMED_EDGES:  # timed scaled down, scaled back up below
+        k = total / MAX_TIMED_EDGES
+        layers_timed = [(d / k, s / k, e / k) for d, s, e in layers]
+    else:
+        layers_timed = layers
+    key = shape_key(model_key, cfg, in_dim, classes, layers_timed, halo)
     name = repr(key)
     if name not in cal.shapes:
         cal.shapes[name] = time_shape(key, cfg)
