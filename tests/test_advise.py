@@ -267,7 +267,11 @@ def test_calibration_pieces_are_fast_and_positive():
     torch.set_num_threads(1)
     indptr, indices = calibration_graph(nodes=5000)
     s = calibrate_sampler(indptr, indices)
-    assert s["edge"] > 0 and s["hop"] >= 0
+    # a hop's rows and edges cost something; which of the two carries it is poorly told apart on
+    # a small graph (the per-edge coefficient of the non-negative fit comes out 0 in about one
+    # fit in ten on a busy host), so the test asks for the cost of a hop, not for each coefficient
+    assert s["row"] >= 0 and s["edge"] >= 0 and s["hop"] >= 0
+    assert s["row"] * 1000 + s["edge"] * 10_000 > 0
     assert calibrate_step()["param"] > 0
     assert 0 < host_cores(1) <= 1.0
     import numpy as np
