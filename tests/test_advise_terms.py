@@ -53,14 +53,10 @@ def test_a_large_shape_is_timed_scaled_down_and_scaled_back_by_the_linear_model(
 
     cal = Calibration(layers=json.loads(json.dumps(LAYERS)))
     cfg = TrainConfig(graph="-", model="gcn", hidden=16, num_layers=2, fanouts=[5, 5])
+    assert shapes.MAX_TIMED_EDGES == 4_000_000
     big = [(40_000.0, 120_000.0, 6.0e6), (8_000.0, 40_000.0, 2.0e6)]  # 8e6 edges: timed at half
     small = [(d / 2, s / 2, e / 2) for d, s, e in big]
-    old = shapes.MAX_TIMED_EDGES
-    shapes.MAX_TIMED_EDGES = 4.0e6
-    try:
-        t = shapes.timed_fb(cal, cfg, "gcn", big, 8, 4)
-    finally:
-        shapes.MAX_TIMED_EDGES = old
+    t = shapes.timed_fb(cal, cfg, "gcn", big, 8, 4)
     assert t is not None and len(cal.shapes) == 1
     (name, timed), = cal.shapes.items()
     key = shapes.shape_key("gcn", cfg, 8, 4, small)

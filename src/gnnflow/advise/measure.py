@@ -10,9 +10,9 @@ is the slowest rank's wall time of ``run_epoch``, the median over the epochs aft
 first fills pipelines and touches memory for the first time); the strategy is told it trains one
 epoch more than it runs, so that its pipeline works ahead during every measured epoch as it does
 in every epoch but the last of a real run (the last one alone measured 30-40 % faster); stage
-timers and counters come from each rank's :class:`~gnnflow.results.schema.Recorder`.  A candidate that fails is reported with its
-error; the others still run (a failure in one rank is the same failure in every rank: the
-strategies' refusals are deterministic).
+timers and counters come from each rank's :class:`~gnnflow.results.schema.Recorder`.  A
+candidate that fails is reported with its error; the others still run (a failure in one rank is
+the same failure in every rank: the strategies' refusals are deterministic).
 """
 
 from __future__ import annotations

@@ -93,6 +93,7 @@ def time_shape(key: tuple, cfg: Any, repeats: int = 5) -> float:
     import torch.nn.functional as F
 
     from gnnflow.nn import build_model_from_config
+    from gnnflow.strategies.memory import layer_dims
 
     in_dim, classes, dims, halo = key[7], key[8], key[9], key[10]
     before = torch.get_num_threads()
@@ -105,7 +106,7 @@ def time_shape(key: tuple, cfg: Any, repeats: int = 5) -> float:
         y = torch.randint(0, classes, (dims[-1][0],))
         if halo:  # the layer's input: the inner rows computed here, the halo's received
             x = torch.randn(dims[0][0], in_dim)
-            widths = [in_dim] + [int(p.shape[-1]) for p in _layer_outputs(net, blocks, dims, x)]
+            widths = [d_in for d_in, _ in layer_dims(cfg, in_dim, classes)]
         else:
             x = torch.randn(dims[0][1], in_dim)
         times = []
@@ -124,22 +125,11 @@ def time_shape(key: tuple, cfg: Any, repeats: int = 5) -> float:
     return float(min(times))
 
 
-def _layer_outputs(net: Any, blocks: list[Any], dims: tuple, x: torch.Tensor) -> list[torch.Tensor]:
-    """Each layer's output on halo blocks (no gradient): their widths size the halo rows."""
-    outs = []
-    with torch.no_grad():
-        h = x
-        for i, (b, (dst, src, _)) in enumerate(zip(blocks, dims, strict=True)):
-            h = net.layer_step(i, b, torch.cat([h, h.new_zeros(src - dst, *h.shape[1:])]))
-            outs.append(h)
-    return outs[:-1]
-
-
 def _halo_forward(net: Any, blocks: list[Any], dims: tuple, x: torch.Tensor, widths: list[int],
                   project: bool) -> torch.Tensor:
-    """DGCL's forward on halo blocks: before every layer the halo's rows (projected first for a
-    narrowing GCN layer) join the inner rows; the halo rows take gradients, as the rows sent back
-    in backward do."""
+    """DGCL's forward on halo blocks: before every layer the halo's rows (``widths``: each layer's
+    input width; projected first for a narrowing GCN layer) join the inner rows; the halo rows
+    take gradients, as the rows sent back in backward do."""
     h = x
     for i, (b, (dst, src, _)) in enumerate(zip(blocks, dims, strict=True)):
         first = project and net.projects_first(i)
