@@ -93,6 +93,43 @@ def test_counts_equal_the_counts_the_records_measure(graph_book):
             assert m["counts"]["cache_hits"] > 0 and m["counts"]["remote_features"] > 0
 
 
+def test_mg_gcn_s_counts_cover_every_row_and_training_row(graph_book):
+    """The full-batch probe's per-rank rows, training rows and non-zeros of ``Â`` (self-loops
+    included) add up to the graph's."""
+    import numpy as np
+
+    from gnnflow.advise.advice import candidate_config
+    from gnnflow.advise.counts import ProbeInput, probe
+
+    graph, book, _ = graph_book
+    cfg = candidate_config(_config(graph, model="gcn"), "fullbatch", {}, book)
+    inp = ProbeInput.read(cfg, None)
+    works = probe(cfg, inp)
+    assert len(works) == 2 and all(w.iterations == 1 for w in works)
+    assert sum(w.count("local_rows") for w in works) == inp.num_nodes
+    assert sum(w.count("train_rows") for w in works) == len(inp.train_ids) > 0
+    assert sum(w.count("tile_nnz") for w in works) == int(inp.indptr[-1])
+    assert np.diff(inp.indptr).min() >= 1  # GCN's A + I
+
+
+def test_a_run_measures_more_epochs_where_an_epoch_has_few_iterations(graph_book):
+    """A candidate of one iteration an epoch (full batch) runs enough epochs that its measured
+    median covers ``MIN_MEASURED_ITERATIONS`` iterations (at most three times the epochs asked
+    for); one of many iterations runs the epochs asked for; ``measure`` runs a candidate's own
+    ``measure_epochs``."""
+    from gnnflow.advise.advice import MIN_MEASURED_ITERATIONS, candidate_config, measure_epochs
+    from gnnflow.advise.measure import measure
+
+    assert MIN_MEASURED_ITERATIONS == 6
+    assert measure_epochs(4, 1) == 7 and measure_epochs(3, 1) == 7 and measure_epochs(2, 1) == 6
+    assert measure_epochs(4, 2) == 4 and measure_epochs(3, 2) == 4 and measure_epochs(4, 40) == 4
+    assert measure_epochs(1, 1) == 1  # one epoch asked for: nothing is left out, none added
+    graph, _, _ = graph_book
+    cfg = candidate_config(_config(graph, workers=1), "single", {}, None)
+    got, = measure([{**cfg.to_dict(), "label": "single", "measure_epochs": 3}], epochs=1)
+    assert len(got["per_rank"][0]) == 3 and len(got["epochs_s"]) == 2
+
+
 def test_probe_scales_a_few_batches_to_the_epoch(graph_book):
     from gnnflow.advise.advice import candidate_config
     from gnnflow.advise.counts import ProbeInput, probe
@@ -389,15 +426,20 @@ def test_strategy_probe_fits_measured_against_modelled_and_the_advice_applies_it
     graphs = {"a": {"num_nodes": 1500, "avg_degree": 6, "feature_dim": 8},
               "b": {"num_nodes": 2500, "avg_degree": 16, "feature_dim": 48, "train_frac": 0.3}}
     try:
-        sp.probe_into(cal, [2], settings, workdir=tmp_path / "probe", progress=lambda _m: None, epochs=2,
+        sp.probe_into(cal, [2, 4], settings, workdir=tmp_path / "probe", progress=lambda _m: None, epochs=2,
                    graphs=graphs, candidates=[("single", {}), ("data", {}), ("split", {}), ("fullbatch", {})])
     finally:
         sp.probe_points = real
     got = cal.strategies["sage"]["2"]
     assert cal.strategy_probe["sage"]["settings"] == settings and cal.strategy_probe["sage"]["graphs"] == graphs
     assert set(got) == set(seen) == {"data", "split", "single"}  # fullbatch trains gcn only: refused
+    # one process runs alike at every rank count: one fit over its runs at 2 and 4 ranks
+    assert len(seen["single"]) == 4 and cal.strategies["sage"]["4"]["single"] == got["single"]
+    assert got["single"] == sp.fit(seen["single"], "single")
     for label, (factor, overhead) in got.items():
-        pts = seen[label]
+        pts = seen[label][:2]  # the distributed ones: the points at 2 ranks
+        if label == "single":
+            continue
         assert len(pts) == 2 and all(p[1] >= 1 for p in pts)
         assert [factor, overhead] == sp.fit(pts, label)
         if overhead > 0 and factor > 0.25:  # two points, two unknowns: exact

@@ -147,3 +147,78 @@ def test_an_exchange_s_bytes_cost_cpu_at_byte_cpu_and_wait_for_the_rest():
     r = Rank(cal, st)
     r.exchange("comm", 2, 1e6)
     assert r.cpu["comm"] == pytest.approx(2e-4 + 4e-3) and r.wait["comm"] == pytest.approx(2e-3)
+
+
+def _fullbatch_cfg():
+    from gnnflow.strategies.fullbatch.row1d import FullBatch
+
+    return FullBatch.parse_options(TrainConfig(graph="-", strategy="fullbatch", model="gcn", hidden=16, num_layers=2,
+                                               fanouts=[5, 5], workers=2))
+
+
+def test_mg_gcn_s_rank_is_timed_on_its_own_tiles_with_every_round():
+    """MG-GCN's rank is timed running the strategy's own ``compute_gradients`` on tiles of its
+    shape; the stand-in for the broadcast engine multiplies every column block's tile (the other
+    blocks' rows already received), so its product is the whole row block's ``A x``."""
+    import numpy as np
+    import torch
+
+    from gnnflow.advise import shapes
+    from gnnflow.strategies.fullbatch.row1d import FullBatch
+    from gnnflow.strategies.fullbatch.spmm import csr_tiles
+
+    rng = np.random.default_rng(0)
+    blocks = [30, 20, 25]
+    row = rng.integers(0, 30, 400)
+    col = rng.integers(0, sum(blocks), 400)
+    starts = np.cumsum([0] + blocks[:-1])
+    cblk = np.searchsorted(starts, col, side="right") - 1
+    val = rng.random(400).astype(np.float32)
+    rounds = shapes._LocalRounds(csr_tiles(row, cblk, col - starts[cblk], val, 30, blocks), blocks)
+    x = torch.randn(30, 4)
+    out = rounds(x)
+    full = torch.cat([x, rounds.received[(1, 4)], rounds.received[(2, 4)]])
+    dense = torch.zeros(30, sum(blocks))
+    dense.index_put_((torch.from_numpy(row), torch.from_numpy(col)), torch.from_numpy(val), accumulate=True)
+    assert torch.allclose(out, dense @ full, atol=1e-5)
+
+    cfg = _fullbatch_cfg()
+    key = shapes.rows_key(cfg, 12, 5, 3000, 700, 24_000, [3000, 2900])
+    assert key[10:] == (3000, 700, 24_000, (3000, 2900))
+    calls, widths = [], []
+    step, engine_call = FullBatch.compute_gradients, shapes._LocalRounds.__call__
+    try:
+        FullBatch.compute_gradients = lambda self, rec: calls.append(1) or step(self, rec)
+        shapes._LocalRounds.__call__ = lambda self, x, out=None, transpose=False: (
+            widths.append((x.shape[1], transpose)) or engine_call(self, x, out, transpose))
+        assert shapes.time_rows(key, cfg, repeats=2) > 0
+    finally:
+        FullBatch.compute_gradients, shapes._LocalRounds.__call__ = step, engine_call
+    assert len(calls) == 3  # a warm-up and two timed
+    # per call: layer 0 aggregates the 12 features first (no backward SpMM, §4.4); layer 1
+    # multiplies 16 -> 5 first, aggregates 5 wide forward and (transposed) backward
+    assert widths == [(12, False), (5, False), (5, True)] * 3
+
+
+def test_mg_gcn_s_timing_is_kept_scaled_down_and_off_the_gpu(monkeypatch):
+    """``timed_rows`` keeps one timing per rounded shape on the calibration; beyond
+    ``MAX_TIMED_EDGES`` non-zeros it times rows, training rows, non-zeros and blocks divided alike
+    and scales back by the per-term model's ratio; a GPU candidate gets None (the rates)."""
+    from gnnflow.advise import shapes
+    from gnnflow.advise.cost import Setting
+
+    monkeypatch.setattr(shapes, "MAX_TIMED_EDGES", 20_000)
+    cal = Calibration()
+    st = Setting(cfg=_fullbatch_cfg(), feature_dim=12, num_classes=5, num_nodes=8000, workers=2)
+
+    def linear(n: float, nnz: float) -> float:
+        return 1e-6 * n + 1e-7 * nnz
+
+    t = shapes.timed_rows(cal, st, 4000.0, 800.0, 40_000.0, linear)
+    (name, timed), = cal.shapes.items()
+    assert name == repr(shapes.rows_key(st.cfg, 12, 5, 2000, 400, 20_000, [2000, 2000]))
+    assert t == pytest.approx(timed * linear(4000, 40_000) / linear(2000, 20_000), rel=1e-9)
+    assert shapes.timed_rows(cal, st, 4010.0, 800.0, 40_100.0, linear) == pytest.approx(t, rel=0.01)
+    assert len(cal.shapes) == 1
+    gpu = Setting(cfg=st.cfg, feature_dim=12, num_classes=5, num_nodes=8000, workers=2, device="cuda")
+    assert shapes.timed_rows(cal, gpu, 4000.0, 800.0, 40_000.0, linear) is None

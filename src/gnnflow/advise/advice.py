@@ -240,12 +240,28 @@ def advise(base: Any, book: str | None, cal: Calibration, nnodes: int = 1, strat
                   probe_s=time.perf_counter() - t0)
 
 
+#: a measured run covers at least this many iterations after its first epoch (more epochs for
+#: a candidate with few iterations an epoch: a full-batch epoch is one, its median of two or three
+#: epochs would rest on two or three iterations)
+MIN_MEASURED_ITERATIONS = 6
+
+
+def measure_epochs(epochs: int, iterations: int) -> int:
+    """Epochs of a measured run of a candidate with ``iterations`` per epoch: ``epochs``, or more
+    to cover :data:`MIN_MEASURED_ITERATIONS` after the first (at most ``3 x epochs``)."""
+    need = 1 + -(-MIN_MEASURED_ITERATIONS // max(1, int(iterations)))
+    return max(epochs, min(need, 3 * epochs)) if epochs > 1 else epochs
+
+
 def measure_top(advice: Advice, k: int, epochs: int = 2, timeout_s: float = 1800.0) -> None:
-    """Measure the ``k`` best-ranked candidates (one short run each, :mod:`gnnflow.advise.measure`)
-    and put the figures on their rows."""
+    """Measure the ``k`` best-ranked candidates (one short run each, :mod:`gnnflow.advise.measure`;
+    ``epochs`` each, more for few iterations an epoch: :func:`measure_epochs`) and put the
+    figures on their rows."""
     from gnnflow.advise.measure import measure
 
     top = advice.ranked[:k]
-    got = measure([{**r.settings, "label": r.label} for r in top], epochs=epochs, timeout_s=timeout_s)
+    got = measure([{**r.settings, "label": r.label,
+                    "measure_epochs": measure_epochs(epochs, r.prediction.iterations if r.prediction else 1)}
+                   for r in top], epochs=epochs, timeout_s=timeout_s)
     for r, m in zip(top, got, strict=True):
         r.measured = m

@@ -22,7 +22,9 @@ adds to a rate (``rank_<stage>``) too:
   does not);
 * ``step`` — Adam steps on models of several sizes: ``call + param x weights``;
 * ``gemm`` (multiply-adds/s), ``spmm`` (non-zeros x width/s, the full-batch strategy's CSR tile
-  kernel) — raw rates, the full-batch strategy's hand-written layers use them;
+  kernel) — raw rates of the full-batch strategy's hand-written layers: its prediction on a GPU,
+  and on the CPU the scale from a timed rank's rounded shape to its exact one
+  (:func:`gnnflow.advise.shapes.timed_rows`);
 * ``threads`` — wall-time speed-up of forward/backward with all cores' threads over one (what a
   single-process run, which keeps every core's thread, gains);
 * ``collectives`` (:mod:`gnnflow.advise.collectives`) — per rank count P: gloo all-reduce and

@@ -10,8 +10,9 @@ stage names:
 * ``load`` — gathers of the rank's own input rows (and of the rows its peers ask it for), the copy
   of cache hits and received rows into the batch, the bytes of the exchange;
 * ``forward_backward`` — the model timed at the rank's own mean block shape
-  (:mod:`gnnflow.advise.shapes`; full-batch strategies: the calibrated per-term seconds of
-  :mod:`gnnflow.advise.features`, MG-GCN the raw GEMM and SpMM rates); split parallelism's and
+  (:mod:`gnnflow.advise.shapes`: DGCL's halo block, MG-GCN's rank with its tiles; the calibrated
+  per-term seconds of :mod:`gnnflow.advise.features` and the raw GEMM and SpMM rates where nothing is
+  timed, as on a GPU); split parallelism's and
   P3's layer exchanges and HEC's AEP push, bytes and latencies, go under ``comm``;
 * ``allreduce`` — per iteration one gradient all-reduce: latency plus the weights' bytes;
 * ``step`` — Adam: per call plus per weight.
@@ -47,7 +48,7 @@ import numpy as np
 from gnnflow.advise.calibrate import Calibration
 from gnnflow.advise.counts import RankWork
 from gnnflow.advise.features import model_terms, param_count
-from gnnflow.advise.shapes import timed_fb
+from gnnflow.advise.shapes import timed_fb, timed_rows
 
 STAGES = ("sample", "load", "forward_backward", "comm", "allreduce", "step", "wait")
 ID_BYTES = 8
@@ -408,22 +409,31 @@ def spmm_width(layer: int, d_in: int, d_out: int) -> int:
 
 
 def predict_fullbatch(cal: Calibration, st: Setting, works: list[RankWork]) -> Prediction:
-    """MG-GCN: per layer P broadcast rounds of the narrower side's row blocks with the tile SpMM,
-    one GEMM forward and two backward, the backward SpMM except in the first layer (§4.4)."""
+    """MG-GCN: per layer P broadcast rounds of the narrower side's row blocks, the backward's
+    except in the first layer (§4.4); the rank's forward/backward (tile SpMM, GEMMs, the rest)
+    timed at its own shape (:func:`gnnflow.advise.shapes.timed_rows`), else per layer the raw
+    SpMM and GEMM rates: the SpMM forward and (but in the first layer) backward, one GEMM
+    forward and two backward."""
     from gnnflow.strategies.memory import layer_dims
 
     cfg, p = st.cfg, st.workers
     params = param_count(cfg, st.feature_dim, st.num_classes)
     dims = layer_dims(cfg, max(1, st.feature_dim), st.num_classes)
     coef = cal.layer_coefficients("gcn")
+
+    def linear(n: float, nnz: float) -> float:
+        return sum((1 if i == 0 else 2) * nnz * spmm_width(i, d_in, d_out) / cal.spmm
+                   + 3 * n * d_in * d_out / cal.gemm + 2 * coef[0] + coef[4] * 2 * n * (d_in + d_out)
+                   for i, (d_in, d_out) in enumerate(dims))
+
     ranks = []
     for w in works:
         n, nnz, r = w.count("local_rows"), w.count("tile_nnz"), Rank(cal, st, batched=False)
+        timed = timed_rows(cal, st, n, w.count("train_rows"), nnz, linear)
+        r.work("forward_backward", linear(n, nnz) if timed is None else timed)
         for i, (d_in, d_out) in enumerate(dims):
             width = spmm_width(i, d_in, d_out)
             passes = 1 if i == 0 else 2  # the first layer's backward needs no SpMM
-            r.work("forward_backward", passes * nnz * width / cal.spmm + 3 * n * d_in * d_out / cal.gemm
-                   + 2 * coef[0] + coef[4] * 2 * n * (d_in + d_out))
             r.exchange("comm", passes * (p - 1), passes * 4.0 * width * w.count("broadcast_rows"), kind="broadcast")
         r.allreduce(1, params)
         r.step(1, params)

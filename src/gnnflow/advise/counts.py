@@ -444,12 +444,14 @@ def _row_works(inp: ProbeInput, node_part: np.ndarray, p: int) -> list[RankWork]
     deg = np.diff(inp.indptr)
     rows = np.bincount(node_part, minlength=p).astype(np.float64)
     nnz = np.bincount(node_part, weights=deg, minlength=p)
+    train = np.bincount(node_part[np.asarray(inp.train_ids, dtype=np.int64)], minlength=p).astype(np.float64)
     out = []
     for r in range(p):
         n, m = float(rows[r]), float(nnz[r])
         layers = [Layer(n, float(inp.num_nodes), m) for _ in range(inp.cfg.num_layers)]
         out.append(RankWork(iterations=1, layers=layers, probed=1,
-                            counts={"tile_nnz": m, "local_rows": n, "block_rows_max": float(rows.max()),
+                            counts={"tile_nnz": m, "local_rows": n, "train_rows": float(train[r]),
+                                    "block_rows_max": float(rows.max()),
                                     "broadcast_rows": float(inp.num_nodes - n)}))
     return out
 

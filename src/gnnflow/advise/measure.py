@@ -59,14 +59,20 @@ def run_candidate(ctx: Any, cfg_dict: dict[str, Any], epochs: int) -> dict[str, 
     return {"prepare_s": prepare_s, "epochs": rows}
 
 
+#: keys of a candidate that are not training settings: its label and its own epoch count
+NOT_SETTINGS = ("label", "measure_epochs")
+
+
 def measure_rank(ctx: Any, cfg_dicts: list[dict[str, Any]], epochs: int) -> list[dict[str, Any]]:
-    """Every candidate in turn on this rank (module-level: the spawner imports it)."""
+    """Every candidate in turn on this rank (module-level: the spawner imports it), each for its
+    ``measure_epochs`` where it has one, else ``epochs``."""
     out = []
     for d in cfg_dicts:
         if ctx.rank == 0:
             log.info("measuring %s", d.get("label", d["strategy"]))
         try:
-            out.append(run_candidate(ctx, {k: v for k, v in d.items() if k != "label"}, epochs))
+            out.append(run_candidate(ctx, {k: v for k, v in d.items() if k not in NOT_SETTINGS},
+                                     int(d.get("measure_epochs", epochs))))
         except Exception as exc:  # noqa: BLE001 - reported beside the prediction, the others go on
             out.append({"error": f"{type(exc).__name__}: {exc}".splitlines()[0]})
     return out
@@ -95,7 +101,8 @@ def summarize(per_rank: list[dict[str, Any]]) -> dict[str, Any]:
 
 def measure(candidates: list[dict[str, Any]], epochs: int = 2, timeout_s: float = 1800.0) -> list[dict[str, Any]]:
     """Measure ``candidates`` (training settings as :meth:`TrainConfig.to_dict` gives them, with an
-    optional ``label``); returns one summary per candidate, in order."""
+    optional ``label`` and an optional ``measure_epochs`` of their own); returns one summary per
+    candidate, in order."""
     from gnnflow.advise.collectives import rank_threads
     from gnnflow.config import STRATEGIES
     from gnnflow.runtime.context import RankContext

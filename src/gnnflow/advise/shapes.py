@@ -25,12 +25,15 @@ Two kinds of blocks (``halo``): a mini-batch's, fresh every batch, each layer's 
 destinations of the layer below; and a full-graph halo block (DGCL's ``inner <- inner | halo``),
 the same block every layer and every epoch (its derived structures built once), the halo's rows
 arriving between layers (projected first for a narrowing GCN layer, as the strategy does).
+MG-GCN's rank is timed apart (:func:`timed_rows`): the strategy's own hand-written forward and
+backward on tiles of the rank's shape, its broadcasts left to the cost model's ``comm``.
 """
 
 from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -166,6 +169,111 @@ def timed_fb(cal: Any, cfg: Any, model_key: str, layers: list[tuple[float, float
     rounded = float(model_terms(cfg, [tuple(map(float, d)) for d in key[9]], in_dim, classes) @ coef)
     return cal.shapes[name] * (exact / rounded if rounded > 0 else 1.0)
 
+
+
+# ------------------------------------------------------------------------------- MG-GCN's rank
+def rows_key(cfg: Any, in_dim: int, classes: int, rows: float, train: float, nnz: float,
+             block_rows: list[float]) -> tuple:
+    """The rounded shape of one MG-GCN rank (two significant figures): the model's settings and
+    widths, its rows, training rows, non-zeros of its rows of ``Â`` and the P column blocks'
+    rows (its own first)."""
+    opts = cfg.options
+    return ("rows", str(cfg.model), str(opts.norm), str(opts.memory), bool(opts.cache_input_spmm), int(cfg.hidden),
+            int(cfg.num_layers), float(cfg.dropout), int(in_dim), int(classes), max(1, _round2(rows)),
+            _round2(train), _round2(nnz), tuple(max(1, _round2(b)) for b in block_rows))
+
+
+def time_rows(key: tuple, cfg: Any, repeats: int = 5) -> float:
+    """The least CPU seconds of one thread, over ``repeats`` calls after a warm-up, of MG-GCN's
+    own forward + loss + backward (:meth:`FullBatch.compute_gradients`) on one rank of ``key``'s
+    shape: its tiles of ``Â`` (each row's non-zeros spread evenly, columns drawn at random over
+    the blocks, as permute-1d's random rows give), every round's SpMM with the other blocks'
+    rows already received (:class:`_LocalRounds`: the broadcasts are the cost model's ``comm``)."""
+    from gnnflow.nn import build_model_from_config
+    from gnnflow.results.schema import Recorder
+    from gnnflow.runtime.context import RankContext
+    from gnnflow.strategies.fullbatch.row1d import FullBatch, layer_params
+    from gnnflow.strategies.fullbatch.spmm import csr_tiles
+
+    in_dim, classes, n, train, nnz, blocks = key[8], key[9], key[10], key[11], key[12], list(key[13])
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        rng = np.random.default_rng(0)
+        per = np.full(n, nnz // n, dtype=np.int64)
+        per[: nnz - int(per.sum())] += 1
+        row = np.repeat(np.arange(n, dtype=np.int64), per)
+        col = rng.integers(0, sum(blocks), size=row.shape[0], dtype=np.int64)
+        starts = np.concatenate([[0], np.cumsum(blocks)[:-1]])
+        cblk = np.searchsorted(starts, col, side="right") - 1
+        tiles = csr_tiles(row, cblk, col - starts[cblk], np.ones(row.shape[0], dtype=np.float32), n, blocks)
+        torch.manual_seed(0)
+        s = FullBatch(cfg, RankContext())
+        s.engine = _LocalRounds(tiles, blocks)
+        s.features = torch.randn(n, in_dim)
+        s.labels = torch.randint(0, classes, (n,))
+        s.split_rows = {"train": torch.arange(max(1, min(n, train))), "val": torch.arange(0), "test": torch.arange(0)}
+        s.split_totals = {k: int(v.numel()) for k, v in s.split_rows.items()}
+        s.model = build_model_from_config(cfg, in_dim, classes, model=FullBatch.model_name(cfg))
+        s.model.train()
+        s.dims = [in_dim] + [layer_params(m)[0].shape[1] for m in s.model.layers]
+        times = []
+        for i in range(repeats + 1):
+            s.model.zero_grad(set_to_none=False)
+            t = time.thread_time()
+            s.compute_gradients(Recorder(torch.device("cpu")))
+            if i:
+                times.append(time.thread_time() - t)
+    finally:
+        torch.set_num_threads(before)
+    return float(min(times))
+
+
+class _LocalRounds:
+    """:class:`~gnnflow.strategies.fullbatch.spmm.BroadcastSpMM`'s rounds on one rank with the
+    other blocks' rows already received (fixed random rows): its SpMM without the broadcasts."""
+
+    def __init__(self, tiles: list[Any], block_rows: list[int]) -> None:
+        self.tiles, self.block_rows = tiles, block_rows
+        self.received: dict[tuple[int, int], torch.Tensor] = {}
+
+    @property
+    def num_rows(self) -> int:
+        return self.block_rows[0]
+
+    def buffer_bytes(self) -> int:
+        return sum(b.numel() * 4 for b in self.received.values())
+
+    def __call__(self, x: torch.Tensor, out: torch.Tensor | None = None, transpose: bool = False) -> torch.Tensor:
+        x = x.contiguous()
+        width = x.shape[1]
+        if out is None:
+            out = torch.empty((self.num_rows, width))
+        for j, tile in enumerate(self.tiles):  # the transposed tiles have the same shapes
+            if j and (j, width) not in self.received:
+                self.received[(j, width)] = torch.randn(self.block_rows[j], width)
+            tile.mm_into(x if j == 0 else self.received[(j, width)], out, accumulate=j > 0)
+        return out
+
+
+def timed_rows(cal: Any, st: Any, rows: float, train: float, nnz: float, linear: Callable[..., float]) -> float | None:
+    """Seconds of MG-GCN's forward + backward on one rank of ``rows`` rows (``train`` of them
+    training rows, ``nnz`` non-zeros) of ``st``'s graph in ``st.workers`` even column blocks,
+    timed at its rounded shape (kept in ``cal.shapes``) and scaled to the exact one by
+    ``linear(rows, nnz)`` (the per-term model), a shape over :data:`MAX_TIMED_EDGES` non-zeros
+    timed scaled down to that many (rows, training rows and every block alike); None on a GPU."""
+    if st.device == "cuda" or rows < 1 or nnz < 1:
+        return None
+    p, n_all = int(st.workers), float(st.num_nodes)
+    k = max(1.0, nnz / MAX_TIMED_EDGES)
+    others = [(n_all - rows) / max(1, p - 1)] * (p - 1)
+    key = rows_key(st.cfg, max(1, st.feature_dim), st.num_classes, rows / k, train / k, nnz / k,
+                   [rows / k] + [b / k for b in others])
+    name = repr(key)
+    if name not in cal.shapes:
+        cal.shapes[name] = time_rows(key, st.cfg)
+    rounded = linear(float(key[10]), float(key[12]))
+    return cal.shapes[name] * (linear(rows, nnz) / rounded if rounded > 0 else k)
 
 
 #: the stages a rank's probe times (:func:`rank_probe`)

@@ -13,7 +13,8 @@ narrow and sparse, to a heavy one, wide and dense; each partitioned by METIS int
 calibrated rank count P), predicts the same candidates with the rates just measured, and fits per
 rank count and candidate the **strategy factor**: measured epoch = ``factor`` x modelled epoch +
 ``overhead`` x iterations per rank (non-negative least squares over the graphs, relative
-errors; :func:`fit`).  The advice applies it to the modelled epoch: the model gives how the epoch
+errors; :func:`fit`; a one-process candidate, which runs the same at every rank count, gets one
+fit over its runs at all of them).  The advice applies it to the modelled epoch: the model gives how the epoch
 grows with the graph, the batch and the layers; the factor what this machine and this
 implementation add to the model's pieces, in proportion and per iteration.  No probe graph is
 one of the graphs ``gnnflow bench advise`` checks the predictions on.
@@ -75,10 +76,14 @@ def probe_strategies(cal: Any, workers: list[int], settings: dict[str, Any], wor
     from gnnflow.config import TrainConfig
     from gnnflow.data.synthetic import prepare_synthetic
     from gnnflow.partition.api import partition_graph
+    from gnnflow.strategies.base import strategy_class
 
     workdir = Path(workdir)
     saved, cal.strategies = cal.strategies, {}  # the model alone
     out: dict[str, dict[str, list[float]]] = {}
+    #: the points of one-process candidates (single): the same run at every rank count, so one
+    #: fit over all of them (a fit per rank count split the same runs' noise in two)
+    pooled: dict[str, list[tuple[float, int, float]]] = {}
     try:
         for p in sorted({int(w) for w in workers if int(w) > 1}):
             points: dict[str, list[tuple[float, int, float]]] = {}
@@ -96,9 +101,14 @@ def probe_strategies(cal: Any, workers: list[int], settings: dict[str, Any], wor
                 adv = advise(base, str(book), cal, candidates=candidates or CANDIDATES)
                 progress(f"calibrating strategies: {len(adv.ranked)} candidates on {p} ranks, {name} graph")
                 measure_top(adv, len(adv.ranked), epochs=epochs, timeout_s=timeout_s)
+                alone = {r.label for r in adv.ranked if not strategy_class(r.strategy).distributed}
                 for label, point in probe_points(adv.ranked).items():
-                    points.setdefault(label, []).append(point)
+                    (pooled if label in alone else points).setdefault(label, []).append(point)
             out[str(p)] = {label: fit(pts, label) for label, pts in points.items()}
+        for label, pts in pooled.items():
+            got = fit(pts, label)
+            for per_p in out.values():
+                per_p[label] = got
     finally:
         cal.strategies = saved
     return out
