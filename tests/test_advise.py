@@ -294,8 +294,9 @@ def test_probe_settings_take_flags_over_the_config_and_a_bad_config_names_the_fi
         assert not out.exists()  # refused before anything is measured or written
 
 
-def test_calibration_pieces_are_fast_and_positive():
-    """The sampler, gather and step microbenchmarks on a small graph; the host's cores."""
+def test_calibration_pieces_are_fast_and_positive(monkeypatch):
+    """The sampler, gather and step microbenchmarks on a small graph; the host's cores (never more
+    than the usable ones)."""
     import torch
 
     from gnnflow.advise.calibrate import calibrate_sampler, calibrate_step, calibration_graph
@@ -311,6 +312,10 @@ def test_calibration_pieces_are_fast_and_positive():
     assert s["row"] * 1000 + s["edge"] * 10_000 > 0
     assert calibrate_step()["param"] > 0
     assert 0 < host_cores(1) <= 1.0
+    import gnnflow.advise.collectives as coll
+
+    monkeypatch.setattr(coll, "usable_cores", lambda: 1)
+    assert 0 < host_cores(2, loops=10) <= 1.0  # two busy processes on one usable core
     import numpy as np
 
     from gnnflow.advise.calibrate import _row_paths
