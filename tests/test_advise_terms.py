@@ -156,7 +156,7 @@ def _fullbatch_cfg():
                                                fanouts=[5, 5], workers=2))
 
 
-def test_mg_gcn_s_rank_is_timed_on_its_own_tiles_with_every_round():
+def test_mg_gcn_s_rank_is_timed_on_its_own_tiles_with_every_round(monkeypatch):
     """MG-GCN's rank is timed running the strategy's own ``compute_gradients`` on tiles of its
     shape; the stand-in for the broadcast engine multiplies every column block's tile (the other
     blocks' rows already received), so its product is the whole row block's ``A x``."""
@@ -187,13 +187,10 @@ def test_mg_gcn_s_rank_is_timed_on_its_own_tiles_with_every_round():
     assert key[10:] == (3000, 700, 24_000, (3000, 2900))
     calls, widths = [], []
     step, engine_call = FullBatch.compute_gradients, shapes._LocalRounds.__call__
-    try:
-        FullBatch.compute_gradients = lambda self, rec: calls.append(1) or step(self, rec)
-        shapes._LocalRounds.__call__ = lambda self, x, out=None, transpose=False: (
-            widths.append((x.shape[1], transpose)) or engine_call(self, x, out, transpose))
-        assert shapes.time_rows(key, cfg, repeats=2) > 0
-    finally:
-        FullBatch.compute_gradients, shapes._LocalRounds.__call__ = step, engine_call
+    monkeypatch.setattr(FullBatch, "compute_gradients", lambda self, rec: calls.append(1) or step(self, rec))
+    monkeypatch.setattr(shapes._LocalRounds, "__call__", lambda self, x, out=None, transpose=False: (
+        widths.append((x.shape[1], transpose)) or engine_call(self, x, out, transpose)))
+    assert shapes.time_rows(key, cfg, repeats=2) > 0
     assert len(calls) == 3  # a warm-up and two timed
     # per call: layer 0 aggregates the 12 features first (no backward SpMM, §4.4); layer 1
     # multiplies 16 -> 5 first, aggregates 5 wide forward and (transposed) backward

@@ -69,6 +69,13 @@ def shape_key(model: str, cfg: Any, in_dim: int, classes: int, layers: list[tupl
             float(cfg.dropout), int(in_dim), int(classes), tuple(dims), halo)
 
 
+def even_counts(rows: int, entries: int) -> np.ndarray:
+    """``entries`` spread over ``rows`` as evenly as they go (the remainder on the first rows)."""
+    per = np.full(rows, entries // max(1, rows), dtype=np.int64)
+    per[: entries - int(per.sum())] += 1
+    return per
+
+
 def synthetic_blocks(dims: tuple[tuple[int, int, int], ...], seed: int = 0) -> list[Any]:
     """Blocks of the given per-layer (destinations, sources, edges), input layer first: each
     destination's edges ``edges // dst`` (the remainder on the first ones), sources drawn at random."""
@@ -77,8 +84,7 @@ def synthetic_blocks(dims: tuple[tuple[int, int, int], ...], seed: int = 0) -> l
     rng = np.random.default_rng(seed)
     out = []
     for dst, src, edges in dims:
-        per = np.full(dst, edges // max(1, dst), dtype=np.int64)
-        per[: edges - int(per.sum())] += 1
+        per = even_counts(dst, edges)
         indptr = np.zeros(dst + 1, dtype=np.int64)
         np.cumsum(per, out=indptr[1:])
         indices = rng.integers(0, max(1, src), size=int(indptr[-1]), dtype=np.int64)
@@ -170,7 +176,6 @@ def timed_fb(cal: Any, cfg: Any, model_key: str, layers: list[tuple[float, float
     return cal.shapes[name] * (exact / rounded if rounded > 0 else 1.0)
 
 
-
 # ------------------------------------------------------------------------------- MG-GCN's rank
 def rows_key(cfg: Any, in_dim: int, classes: int, rows: float, train: float, nnz: float,
              block_rows: list[float]) -> tuple:
@@ -200,9 +205,7 @@ def time_rows(key: tuple, cfg: Any, repeats: int = 5) -> float:
     torch.set_num_threads(1)
     try:
         rng = np.random.default_rng(0)
-        per = np.full(n, nnz // n, dtype=np.int64)
-        per[: nnz - int(per.sum())] += 1
-        row = np.repeat(np.arange(n, dtype=np.int64), per)
+        row = np.repeat(np.arange(n, dtype=np.int64), even_counts(n, nnz))
         col = rng.integers(0, sum(blocks), size=row.shape[0], dtype=np.int64)
         starts = np.concatenate([[0], np.cumsum(blocks)[:-1]])
         cblk = np.searchsorted(starts, col, side="right") - 1
