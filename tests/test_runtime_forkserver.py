@@ -23,7 +23,7 @@ TESTS = Path(__file__).resolve().parent
 def parent_pid(ctx) -> list[int]:
     """A rank's parent (the fork server it was forked from), 1 when the rank could start
     processes from that server in turn (its lock is free: no lock was held across the fork),
-    and 1 when the rank found ``torch._dynamo`` imported (by the server: SERVER_PRELOAD)."""
+    and 1 when the rank found ``torch._dynamo`` imported (by the server: its preload)."""
     from multiprocessing import forkserver
 
     lock = forkserver._forkserver._lock
@@ -40,7 +40,8 @@ if sys.argv[1] == "thread":
     stop = threading.Event()
     threading.Thread(target=stop.wait, daemon=True).start()
 from gnnflow.runtime.forkserver import prestart_fork_server
-prestarted = prestart_fork_server(trains_here=sys.argv[1] == "trains_here")
+prestarted = prestart_fork_server(trains_here=sys.argv[1] == "trains_here",
+                                  preload=() if sys.argv[1] == "plain" else ("torch._dynamo",))
 from gnnflow.runtime.launch import run_ranks
 from test_runtime_forkserver import parent_pid
 parents = run_ranks(parent_pid, 2)
@@ -63,13 +64,15 @@ def _run_script(mode: str) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-@pytest.mark.parametrize("mode", ["plain", "trains_here"])
+@pytest.mark.parametrize("mode", ["plain", "preload", "trains_here"])
 def test_the_fork_server_is_a_fork_of_the_launcher(mode):
     got = _run_script(mode)
     assert got["prestarted"] is True
-    # the ranks came from that server, which imported torch._dynamo for them: after the fork, or
-    # (a launcher that trains too, verify) the launcher before it
-    assert got["parents"] == [[got["server"], 1, 1], [got["server"], 1, 1]]
+    # the ranks came from that server, which imported what it was asked to preload for them
+    # (torch._dynamo, the DistDGL peer's): after the fork, or (a launcher that trains too, verify)
+    # the launcher before it; nothing else imports it (gnnflow.nn.adam, not torch.optim)
+    dynamo = int(mode != "plain")
+    assert got["parents"] == [[got["server"], 1, dynamo], [got["server"], 1, dynamo]]
     assert got["my_dynamo"] is (mode == "trains_here")
     assert got["server_parent"] == got["me"]
     assert got["server_cmdline"] == got["my_cmdline"]  # a fork: no new interpreter was started
@@ -82,6 +85,7 @@ def test_the_fork_server_is_a_fork_of_the_launcher(mode):
 def test_no_fork_of_the_launcher_while_a_thread_runs():
     got = _run_script("thread")
     assert got["prestarted"] is False
+    # the usual server imports every strategy's rank_imports (SERVER_PRELOAD), once
     assert got["parents"] == [[got["server"], 1, 1], [got["server"], 1, 1]]
     assert "from multiprocessing.forkserver import main" in " ".join(got["server_cmdline"])  # the usual server
 
@@ -151,3 +155,12 @@ def test_a_killed_launcher_takes_its_fork_server_and_ranks_along(graph_book, tmp
     finally:
         if launcher.poll() is None:
             launcher.kill()
+
+
+def test_the_usual_server_preloads_what_any_strategys_ranks_import():
+    from gnnflow.config import STRATEGIES
+    from gnnflow.runtime.forkserver import SERVER_PRELOAD
+    from gnnflow.strategies.base import strategy_class
+
+    wanted = {m for name in STRATEGIES for m in strategy_class(name).rank_imports}
+    assert set(SERVER_PRELOAD) == wanted == {"torch._dynamo"}  # the DistDGL peer's DDP

@@ -168,8 +168,8 @@ def test_baseline_term_matches_a_rank_on_a_tiny_graph(tmp_path):
     ratios = {r["rank"]: r["mem_peak_rss_mib"] * MIB / est.rank_peak(r["rank"]) for r in rows}
     assert all(BASE / est.rank_peak(r) > 0.9 for r in ratios)  # the baseline is all there is here
     # The baseline is a property of the host as much as of the code (its libraries' builds, the
-    # allocator, transparent huge pages): 313 MiB measured here, 390 MiB on the CI machine, for
-    # 291 predicted.  It must stay within -25 % / +40 % of the constant: a rank that does more
+    # allocator, transparent huge pages): 200 MiB measured here for 211 predicted (313 here and
+    # 390 on the CI machine while ranks imported torch._dynamo, 113 MiB of it here).  It must stay within -25 % / +40 % of the constant: a rank that does more
     # than the baseline on a tiny graph (another copy of torch's pools, a second process group)
     # fails.
     assert all(0.75 < q < 1.4 for q in ratios.values()), {

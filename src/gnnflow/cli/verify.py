@@ -59,12 +59,14 @@ def main(args: argparse.Namespace) -> int:
     from gnnflow.runtime.devices import available_device
     from gnnflow.runtime.forkserver import prestart_fork_server
     from gnnflow.runtime.hosts import apply_node_arguments
+    from gnnflow.strategies.base import strategy_class
     from gnnflow.strategies.verify import check_of
 
     # before this process has a thread (gnnflow.runtime.forkserver); it trains the reference too.
     # Only as the command: a call from another program (a test) is not forked into the server
     if getattr(args, "command_line", False):
-        prestart_fork_server(trains_here=True)
+        known = strategy_class(args.strategy) if args.strategy in STRATEGIES else None
+        prestart_fork_server(trains_here=True, preload=known.rank_imports if known else ())
 
     if args.strategy not in STRATEGIES:
         raise ConfigError(f"--strategy: unknown strategy {args.strategy!r}; choose one of {', '.join(STRATEGIES)}")

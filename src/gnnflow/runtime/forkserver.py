@@ -11,8 +11,9 @@ of every run).  The server is multiprocessing's fork server (``forkserver`` star
   made before the launcher has started a thread, a process or a torch operation, in the same
   state as a fresh server after its imports (the modules of :data:`FORKSERVER_PRELOAD`
   imported, no Python thread, no CUDA, no thread pool);
-  it imports :data:`SERVER_PRELOAD` itself while the launcher goes on (verify's launcher, which
-  trains the reference too, imports them before the fork).
+  it imports what the strategy's ranks import beyond that (``Strategy.rank_imports``) itself
+  while the launcher goes on (verify's launcher, which trains the reference too, imports them
+  before the fork).
   multiprocessing's own way starts a new interpreter that imports torch again: another 1.5-2.5
   CPU seconds of every command that trains, which this saves.
 * otherwise (a launcher inside another program, e.g. a test or ``gnnflow bench``, or a Python
@@ -42,10 +43,12 @@ from gnnflow.runtime.processes import environ_set
 
 #: what the fork server imports once, so that a rank starts without importing torch again
 FORKSERVER_PRELOAD = ("gnnflow.runtime.launch", "gnnflow.strategies.driver")
-#: what every rank imports as it trains and the launcher does not: ``torch.optim``'s optimizers
-#: import ``torch._dynamo`` on their first call (its ``disable`` wrappers), 1.8-2.3 CPU seconds of
-#: each rank; the server imports it once, after the launcher forked it (in parallel with the
-#: launcher's preflight), or with the usual server's imports
+#: what a server started the usual way imports besides :data:`FORKSERVER_PRELOAD`: what any
+#: strategy's ranks import as they train and the launcher does not (the union of
+#: ``Strategy.rank_imports``: the DistDGL peer's DistributedDataParallel imports ``torch._dynamo``,
+#: 1.8-2.3 CPU seconds).  That server serves every later run of its process, so it imports them
+#: once; a server forked from a command imports its own strategy's only (``gnnflow.nn.adam``:
+#: gnnflow's ranks no longer import ``torch._dynamo``, which ``torch.optim`` did)
 SERVER_PRELOAD = ("torch._dynamo",)
 
 #: ``multiprocessing.forkserver.main``'s parameters this module drives (CPython 3.9-3.12)
@@ -115,19 +118,20 @@ def _can_fork_server(server: Any) -> str | None:
     return None
 
 
-def prestart_fork_server(trains_here: bool = False) -> bool:
+def prestart_fork_server(trains_here: bool = False, preload: tuple[str, ...] = ()) -> bool:
     """Make this process's fork server a fork of this process (module docstring); False, and
     nothing done, where it cannot be (another start method, a server already running, a Python
     thread running, an unknown multiprocessing, ranks started by srun or torchrun): the server
-    then starts the usual way, if at all.  ``trains_here``: this process will train too (verify's
-    single-process reference), so it imports :data:`SERVER_PRELOAD` itself, before the fork,
-    and the server has it from there."""
+    then starts the usual way, if at all.  ``preload``: what the ranks import beyond
+    :data:`FORKSERVER_PRELOAD` (``Strategy.rank_imports``), imported by the server after the fork;
+    ``trains_here``: this process will train too (verify's single-process reference), so it
+    imports ``preload`` itself, before the fork, and the server has it from there."""
     from multiprocessing import connection, forkserver, util
 
     server = forkserver._forkserver
     if _can_fork_server(server) is not None:
         return False
-    for name in (*FORKSERVER_PRELOAD, *(SERVER_PRELOAD if trains_here else ())):
+    for name in (*FORKSERVER_PRELOAD, *(preload if trains_here else ())):
         importlib.import_module(name)
     quiet_resource_tracker()  # before the fork: the server and the ranks share this one
     # no lock taken: one thread runs (checked), and a lock held across the fork would stay held
@@ -151,8 +155,8 @@ def prestart_fork_server(trains_here: bool = False) -> bool:
             for sig in signal.valid_signals():  # as exec would: caught signals to default
                 if callable(signal.getsignal(sig)):
                     signal.signal(sig, signal.SIG_DFL)
-            # ends with SystemExit; imports what it has not yet (SERVER_PRELOAD) first
-            forkserver.main(listener.fileno(), alive_r, [m for m in SERVER_PRELOAD if m not in sys.modules])
+            # ends with SystemExit; imports what it has not yet (preload) first
+            forkserver.main(listener.fileno(), alive_r, [m for m in preload if m not in sys.modules])
         except SystemExit:
             pass
         except BaseException:  # noqa: BLE001 - the server must never return into the launcher

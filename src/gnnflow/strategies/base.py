@@ -27,6 +27,7 @@ import torch
 
 from gnnflow.config import RELATIONAL_MODELS, STRATEGIES, TrainConfig
 from gnnflow.errors import ConfigError, NotFiniteLoss
+from gnnflow.nn.adam import FusedAdam
 from gnnflow.options import StrategyOptions
 from gnnflow.results.schema import Recorder
 from gnnflow.runtime.context import RankContext
@@ -47,6 +48,9 @@ class Strategy(ABC):
     exact: ClassVar[bool] = False
     #: True when it samples per relation and trains relational models (rgcn, rgat)
     relational: ClassVar[bool] = False
+    #: modules its ranks import as they train and the launcher does not: a launcher run as a
+    #: command has its fork server import them once, not each rank (gnnflow.runtime.forkserver)
+    rank_imports: ClassVar[tuple[str, ...]] = ()
 
     @classmethod
     def parse_options(cls, cfg: TrainConfig) -> TrainConfig:
@@ -112,7 +116,7 @@ class Strategy(ABC):
         self.options: Any = self.cfg.options
         self.ctx = ctx
         self.model: torch.nn.Module | None = None
-        self.optimizer: torch.optim.Optimizer | None = None
+        self.optimizer: FusedAdam | None = None
         #: learnable rows outside the model (featureless vertex types' embeddings,
         #: :class:`~gnnflow.strategies.embedding.NodeEmbeddings`: this process's rows), or None
         self.embeddings: Any = None

@@ -323,6 +323,8 @@ class DistDGLBaseline(Strategy):
     distributed = True
     relational = True  # --model rgcn (gnnflow.strategies.distdgl_rgcn); check_config refuses the rest
     Options = DistDGLOptions
+    # torch's DistributedDataParallel imports torch._dynamo in its constructor (1.8-2.3 CPU s)
+    rank_imports = ("torch._dynamo",)
 
     @classmethod
     def memory_terms(cls, run: RunSizes, r: int) -> tuple[dict[str, int], dict[str, int]]:

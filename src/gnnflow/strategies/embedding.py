@@ -38,6 +38,7 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
+from gnnflow.nn.adam import FusedAdam
 from gnnflow.nn.typed_input import TypedRows
 from gnnflow.sampling.draws import DrawKey, uniforms
 
@@ -230,7 +231,7 @@ class JointOptimizer:
     strategy's training step calls ``optimizer`` (``zero_grad``, ``step``; the state dict is the
     dense one's, the embeddings keep theirs under their own key)."""
 
-    def __init__(self, dense: torch.optim.Optimizer, embeddings: NodeEmbeddings) -> None:
+    def __init__(self, dense: FusedAdam, embeddings: NodeEmbeddings) -> None:
         self.dense, self.embeddings = dense, embeddings
 
     @property

@@ -7,8 +7,9 @@ config.  Every term follows what the code allocates (numbers in bytes, ``F``
 the feature dimension, ``H`` the hidden width, ``L`` layers, ``P`` ranks):
 
 * **process baseline** ``BASE``: Python, torch, numpy and gnnflow imported, a
-  gloo process group and its threads (measured: about 290 MiB per rank; the
-  DistDGL peer imports DGL too);
+  gloo process group and its threads (measured: about 200 MiB per rank, 313 MiB
+  while ranks imported ``torch._dynamo`` through ``torch.optim``; the DistDGL
+  peer imports DGL too);
 * **shard** (mini-batch strategies, HEC, full-batch, DGCL): the part's files.
   Features are memory-mapped, but an epoch reads rows at random and
   evaluation reads all of them, so the whole shard counts as resident;
@@ -98,7 +99,7 @@ from gnnflow.config import HEADED_MODELS, RELATIONAL_MODELS, fanout_total
 from gnnflow.strategies.metrics import CHUNK_BYTES as METRIC_CHUNK
 
 MIB = 1 << 20
-BASE = 290 * MIB  # one rank: interpreter, torch, numpy, gnnflow, gloo (measured on a tiny graph)
+BASE = 210 * MIB  # one rank: interpreter, torch, numpy, gnnflow, gloo (measured on a tiny graph: 200 MiB)
 BASE_LAUNCHER = 200 * MIB  # the `gnnflow train` process that spawns the ranks and waits
 BASE_DGL = 300 * MIB  # a process that imports DGL too
 ACT_DST = 6.0  # floats kept per destination and per (d_in + d_out) of a layer, forward + backward

@@ -49,6 +49,7 @@ import torch.nn.functional as F
 from gnnflow.comm.collectives import all_reduce_gradients
 from gnnflow.config import is_layer_class
 from gnnflow.errors import ConfigError
+from gnnflow.nn.adam import FusedAdam
 from gnnflow.results.schema import Recorder
 from gnnflow.runtime.context import RankContext
 from gnnflow.strategies.base import Strategy
@@ -120,7 +121,7 @@ class FullBatchBase(Strategy):
         totals = all_reduce_sum([float(self.split_rows[k].numel()) for k in SPLITS])
         self.split_totals = {k: int(totals[i].item()) for i, k in enumerate(SPLITS)}
 
-    def build_optimizer(self) -> torch.optim.Optimizer:
+    def build_optimizer(self) -> FusedAdam:
         """``strategies.common.make_optimizer(model, cfg)`` (Adam, MG-GCN §6.1)."""
         from gnnflow.strategies.common import make_optimizer
 
