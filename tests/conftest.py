@@ -230,9 +230,11 @@ def no_leftovers():
 # ------------------------------------------------------------------------------ tests measuring peaks
 # `make test` runs the suite in two pytest-xdist workers.  A test marked ``quiet`` measures a
 # process's peak memory, which depends on what else runs: a pipeline holds its most batches only
-# when its sampler gets ahead of training.  It runs alone: it takes this lock exclusively (after the
-# other worker's current test ends), every other test takes it shared.  The turnstile keeps new
-# shared holders out while an exclusive one waits.  Without xdist there is one worker, no lock.
+# when its sampler gets ahead of training.  Its call (the test function; its fixtures, e.g. a
+# graph it generates, are made beside other tests) runs alone: it takes this lock exclusively
+# (after the other worker's current test ends), every test takes it shared for its whole run.
+# The turnstile keeps new shared holders out while an exclusive one waits.  Without xdist there
+# is one worker, no lock.
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
     import fcntl
@@ -242,17 +244,41 @@ def pytest_runtest_protocol(item, nextitem):
         yield
         return
     folder = item.config._tmp_path_factory.getbasetemp().parent  # shared by the run's workers
-    quiet = item.get_closest_marker("quiet") is not None
     with open(folder / f"quiet-{run}.turn", "a") as turn, open(folder / f"quiet-{run}.lock", "a") as lock:
         fcntl.flock(turn, fcntl.LOCK_EX)
-        fcntl.flock(lock, fcntl.LOCK_EX if quiet else fcntl.LOCK_SH)
-        if not quiet:
-            fcntl.flock(turn, fcntl.LOCK_UN)
+        fcntl.flock(lock, fcntl.LOCK_SH)
+        fcntl.flock(turn, fcntl.LOCK_UN)
+        item.stash[_QUIET_FILES] = (turn, lock)
         try:
             yield
         finally:
+            del item.stash[_QUIET_FILES]
             fcntl.flock(lock, fcntl.LOCK_UN)
-            fcntl.flock(turn, fcntl.LOCK_UN)
+
+
+_QUIET_FILES = pytest.StashKey[tuple]()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item):
+    """A ``quiet`` test's call: its shared hold let go first (two quiet tests, each holding it
+    while waiting for the turnstile the other holds, would wait forever), then the turnstile and
+    the lock exclusively; shared again for its teardown."""
+    import fcntl
+
+    files = item.stash.get(_QUIET_FILES, None)
+    if files is None or item.get_closest_marker("quiet") is None:
+        yield
+        return
+    turn, lock = files
+    fcntl.flock(lock, fcntl.LOCK_UN)
+    fcntl.flock(turn, fcntl.LOCK_EX)
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    try:
+        yield
+    finally:
+        fcntl.flock(lock, fcntl.LOCK_SH)  # a conversion: held shared from here
+        fcntl.flock(turn, fcntl.LOCK_UN)
 
 
 def pytest_collection_modifyitems(config, items):

@@ -68,14 +68,22 @@ def _memory_rank(ctx, cfg_dict, iterations):
     return out
 
 
-@pytest.mark.slow
-@pytest.mark.quiet
-def test_rank_peak_rss_is_well_under_graph_size(tmp_path):
+@pytest.fixture
+def big_graph(tmp_path):
+    """1M vertices with 256 features, 4 random parts (made before the quiet test's call: beside
+    other tests)."""
     from gnnflow.data.synthetic import prepare_synthetic
     from gnnflow.partition.api import partition_graph
 
     store = prepare_synthetic(tmp_path / "big", num_nodes=1_000_000, avg_degree=10, feature_dim=256)
     book = partition_graph(store.path, "random", 4, tmp_path / "book", seed=0)
+    return store, book
+
+
+@pytest.mark.slow
+@pytest.mark.quiet
+def test_rank_peak_rss_is_well_under_graph_size(big_graph):
+    store, book = big_graph
     size = graph_bytes(store.path)
     cfg = dict(graph=str(store.path), strategy="data", partition=str(book.path), hidden=64,
                fanouts=[10, 10], batch_size=1024, workers=4, options={"pipeline": False})
