@@ -85,8 +85,8 @@ def test_the_fork_server_is_a_fork_of_the_launcher(mode):
 def test_no_fork_of_the_launcher_while_a_thread_runs():
     got = _run_script("thread")
     assert got["prestarted"] is False
-    # the usual server imports every strategy's rank_imports (SERVER_PRELOAD), once
-    assert got["parents"] == [[got["server"], 1, 1], [got["server"], 1, 1]]
+    # the usual server imports no strategy's rank_imports: it serves every strategy
+    assert got["parents"] == [[got["server"], 1, 0], [got["server"], 1, 0]]
     assert "from multiprocessing.forkserver import main" in " ".join(got["server_cmdline"])  # the usual server
 
 
@@ -157,10 +157,11 @@ def test_a_killed_launcher_takes_its_fork_server_and_ranks_along(graph_book, tmp
             launcher.kill()
 
 
-def test_the_usual_server_preloads_what_any_strategys_ranks_import():
+def test_only_the_distdgl_peer_has_rank_imports():
+    """gnnflow's strategies' ranks import nothing their launcher has not (no torch._dynamo: their
+    Adam is gnnflow.nn.adam's); the DistDGL peer's DistributedDataParallel imports it."""
     from gnnflow.config import STRATEGIES
-    from gnnflow.runtime.forkserver import SERVER_PRELOAD
     from gnnflow.strategies.base import strategy_class
 
-    wanted = {m for name in STRATEGIES for m in strategy_class(name).rank_imports}
-    assert set(SERVER_PRELOAD) == wanted == {"torch._dynamo"}  # the DistDGL peer's DDP
+    assert {name: strategy_class(name).rank_imports for name in STRATEGIES if strategy_class(name).rank_imports} == {
+        "distdgl": ("torch._dynamo",)}

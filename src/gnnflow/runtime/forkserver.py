@@ -11,9 +11,11 @@ of every run).  The server is multiprocessing's fork server (``forkserver`` star
   made before the launcher has started a thread, a process or a torch operation, in the same
   state as a fresh server after its imports (the modules of :data:`FORKSERVER_PRELOAD`
   imported, no Python thread, no CUDA, no thread pool);
-  it imports what the strategy's ranks import beyond that (``Strategy.rank_imports``) itself
+  it imports what the strategy's ranks import beyond that (``Strategy.rank_imports``: the
+  DistDGL peer's DistributedDataParallel imports ``torch._dynamo``, 1.8-2.3 CPU seconds) itself
   while the launcher goes on (verify's launcher, which trains the reference too, imports them
-  before the fork).
+  before the fork).  gnnflow's own ranks import nothing more (their Adam,
+  ``gnnflow.nn.adam``, does not import ``torch._dynamo`` as ``torch.optim`` does).
   multiprocessing's own way starts a new interpreter that imports torch again: another 1.5-2.5
   CPU seconds of every command that trains, which this saves.
 * otherwise (a launcher inside another program, e.g. a test or ``gnnflow bench``, or a Python
@@ -43,13 +45,6 @@ from gnnflow.runtime.processes import environ_set
 
 #: what the fork server imports once, so that a rank starts without importing torch again
 FORKSERVER_PRELOAD = ("gnnflow.runtime.launch", "gnnflow.strategies.driver")
-#: what a server started the usual way imports besides :data:`FORKSERVER_PRELOAD`: what any
-#: strategy's ranks import as they train and the launcher does not (the union of
-#: ``Strategy.rank_imports``: the DistDGL peer's DistributedDataParallel imports ``torch._dynamo``,
-#: 1.8-2.3 CPU seconds).  That server serves every later run of its process, so it imports them
-#: once; a server forked from a command imports its own strategy's only (``gnnflow.nn.adam``:
-#: gnnflow's ranks no longer import ``torch._dynamo``, which ``torch.optim`` did)
-SERVER_PRELOAD = ("torch._dynamo",)
 
 #: ``multiprocessing.forkserver.main``'s parameters this module drives (CPython 3.9-3.12)
 _SERVER_MAIN_PARAMS = ["listener_fd", "alive_r", "preload", "main_path", "sys_path"]
@@ -69,7 +64,10 @@ def rank_start_context() -> Any:
     method = start_method()
     ctx = mp.get_context(method)
     if method == "forkserver":
-        ctx.set_forkserver_preload([*FORKSERVER_PRELOAD, *SERVER_PRELOAD])
+        # a usual server serves every later run of its process, whatever its strategy: it imports
+        # no strategy's rank_imports (the DistDGL peer's ranks import torch._dynamo themselves;
+        # preloaded, it would add ~110 MiB to every rank of every strategy)
+        ctx.set_forkserver_preload(list(FORKSERVER_PRELOAD))
     return ctx
 
 
