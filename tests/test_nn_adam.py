@@ -46,6 +46,38 @@ def test_steps_equal_torch_fused_adam_bit_for_bit():
     assert torch.equal(ours[3], _params(0)[3])  # no gradient, no step
 
 
+def test_groups_with_their_own_settings_step_as_torch_does():
+    ours, theirs = _params(3), _params(3)
+
+    def groups(params):
+        return [{"params": params[:2], "lr": 0.05}, {"params": params[2:], "weight_decay": 0.1, "betas": (0.5, 0.9)}]
+
+    _run(FusedAdam(groups(ours), lr=0.01), ours, range(4))
+    _run(torch.optim.Adam(groups(theirs), lr=0.01, fused=True), theirs, range(4))
+    assert _same(ours, theirs)
+
+
+def test_a_load_casts_to_the_parameters_and_a_failed_one_changes_nothing():
+    params = _params(4)
+    opt = FusedAdam(params)
+    _run(opt, params, range(2))
+    saved = copy.deepcopy(opt.state_dict())
+    saved["state"][0]["exp_avg"] = saved["state"][0]["exp_avg"].double()
+    saved["state"][1]["step"] = 2.0  # a number, as very old torch checkpoints hold it
+    other = FusedAdam([p.detach().clone().requires_grad_() for p in params])
+    other.load_state_dict(saved)
+    first = other.param_groups[0]["params"]
+    assert other.state[first[0]]["exp_avg"].dtype == torch.float32
+    assert other.state[first[1]]["step"].dtype == torch.float32 and float(other.state[first[1]]["step"]) == 2
+    before = {k: dict(v) for k, v in opt.state.items()}
+    bad = copy.deepcopy(opt.state_dict())
+    bad["state"][0]["exp_avg"] = "not a tensor"
+    with pytest.raises((TypeError, ValueError)):
+        opt.load_state_dict(bad)
+    assert {k: dict(v) for k, v in opt.state.items()}.keys() == before.keys()
+    assert all(opt.state[p]["exp_avg"] is before[p]["exp_avg"] for p in before)
+
+
 def test_state_dicts_load_either_way_and_continue_equal():
     ref = _params(1)
     ref_opt = torch.optim.Adam(ref, lr=0.02, weight_decay=1e-3, fused=True)
@@ -87,8 +119,17 @@ def test_zero_grad_and_refusals():
         FusedAdam(params, lr=-1.0)
     with pytest.raises(ValueError, match="more than one"):
         FusedAdam([{"params": params[:2]}, {"params": params[1:3]}])
+    with pytest.raises(ValueError, match="amsgrad"):
+        FusedAdam([{"params": params, "amsgrad": True}])
+    with pytest.raises(TypeError, match="iterable"):
+        FusedAdam(params[0])
+    with pytest.raises(TypeError, match="ordered"):
+        FusedAdam([{"params": set(params)}])
     state = torch.optim.Adam(params, amsgrad=True).state_dict()
     with pytest.raises(ValueError, match="amsgrad"):
+        FusedAdam(params).load_state_dict(state)
+    state = torch.optim.AdamW(params, fused=True).state_dict()  # decoupled weight decay
+    with pytest.raises(ValueError, match="decoupled_weight_decay"):
         FusedAdam(params).load_state_dict(state)
 
 

@@ -7,10 +7,12 @@ and dtype.  Its base class, ``torch.optim.Optimizer``, wraps ``__init__``'s para
 process that trains (measured here: a one-epoch single-process run of a 3,000-vertex graph takes
 7.7 CPU s, 3.4 s of them in that import under a profiler).  :class:`FusedAdam` calls the same
 kernel with the same arguments, so its steps equal ``torch.optim.Adam(fused=True)``'s bit for bit
-(test), and its state dict has ``torch.optim``'s layout, so checkpoints load in either.
+(test), and its state dict has ``torch.optim``'s layout, so checkpoints load in either (a fused
+one continues bit for bit; one of the unfused Adam continues as fused Adam).
 
-What it does not take: AMSGrad, ``maximize``, gradient scaling, complex or integer parameters,
-sparse gradients, closures (gnnflow's strategies use none of them; each is refused in one line).
+What it does not take: AMSGrad, ``maximize``, decoupled weight decay (AdamW), gradient scaling,
+complex or integer parameters, sparse gradients, closures (gnnflow's strategies use none of
+them; each is refused in one line, as a setting of a parameter group or of a loaded state dict).
 """
 
 from __future__ import annotations
@@ -24,6 +26,14 @@ import torch
 
 #: the devices torch's fused Adam kernel runs on
 FUSED_DEVICES = ("cpu", "cuda")
+#: ``torch.optim.Adam``'s settings this class does not take (refused when true)
+REFUSED = ("amsgrad", "maximize", "differentiable", "decoupled_weight_decay")
+
+
+def _refuse(group: dict[str, Any], where: str) -> None:
+    refused = [k for k in REFUSED if group.get(k)]
+    if refused:
+        raise ValueError(f"{where} sets {', '.join(refused)}, which FusedAdam does not take")
 
 
 class FusedAdam:
@@ -48,6 +58,9 @@ class FusedAdam:
             "fused": True, "decoupled_weight_decay": False}
         self.state: defaultdict[torch.Tensor, dict[str, Any]] = defaultdict(dict)
         self.param_groups: list[dict[str, Any]] = []
+        if isinstance(params, torch.Tensor):
+            raise TypeError(f"params argument given to the optimizer should be an iterable of Tensors or dicts, "
+                            f"but got {torch.typename(params)}")
         groups = list(params)
         if not groups:
             raise ValueError("optimizer got an empty parameter list")
@@ -57,11 +70,16 @@ class FusedAdam:
             self.add_param_group(group)
 
     def add_param_group(self, group: dict[str, Any]) -> None:
+        _refuse(group, "parameter group")
         params = group["params"]
+        if isinstance(params, set):
+            raise TypeError("optimizer parameters need to be organized in ordered collections, not a set")
         params = [params] if isinstance(params, torch.Tensor) else list(params)
         seen = {id(p) for g in self.param_groups for p in g["params"]}
         for p in params:
-            if not isinstance(p, torch.Tensor) or not p.is_leaf:
+            if not isinstance(p, torch.Tensor):
+                raise TypeError(f"optimizer can only optimize Tensors, but one of the params is {torch.typename(p)}")
+            if not (p.is_leaf or p.retains_grad):
                 raise ValueError("can't optimize a non-leaf Tensor")
             if not p.is_floating_point() or p.device.type not in FUSED_DEVICES:
                 raise RuntimeError(f"FusedAdam takes floating-point parameters on {' or '.join(FUSED_DEVICES)}, "
@@ -134,17 +152,19 @@ class FusedAdam:
                 len(s["params"]) != len(g["params"]) for s, g in zip(saved, self.param_groups, strict=True)):
             raise ValueError("loaded state dict's parameter groups do not match the optimizer's")
         for group in saved:
-            refused = [k for k in ("amsgrad", "maximize", "differentiable") if group.get(k)]
-            if refused:
-                raise ValueError(f"loaded state dict sets {', '.join(refused)}, which FusedAdam does not take")
+            _refuse(group, "loaded state dict")
         by_index = {i: p for s, g in zip(saved, self.param_groups, strict=True)
                     for i, p in zip(s["params"], g["params"], strict=True)}
-        self.state = defaultdict(dict)
+        unknown = sorted(set(state_dict["state"]) - set(by_index))
+        if unknown:
+            raise ValueError(f"loaded state dict has state for parameters {unknown[:5]} that no group lists")
+        state: defaultdict[torch.Tensor, dict[str, Any]] = defaultdict(dict)
         for i, values in copy.deepcopy(state_dict["state"]).items():
             p = by_index[i]
-            self.state[p] = {
+            state[p] = {
                 key: value.to(dtype=torch.float32 if key == "step" else p.dtype, device=p.device)
                 if isinstance(value, torch.Tensor) else torch.tensor(float(value), dtype=torch.float32, device=p.device)
                 for key, value in values.items()}
+        self.state = state  # only once every tensor moved: a failed load leaves the optimizer as it was
         self.param_groups = [{**self.defaults, **{k: v for k, v in s.items() if k != "params"}, "fused": True,
                               "params": g["params"]} for s, g in zip(saved, self.param_groups, strict=True)]
