@@ -7,9 +7,8 @@ config.  Every term follows what the code allocates (numbers in bytes, ``F``
 the feature dimension, ``H`` the hidden width, ``L`` layers, ``P`` ranks):
 
 * **process baseline** ``BASE``: Python, torch, numpy and gnnflow imported, a
-  gloo process group and its threads (measured: about 200 MiB per rank, 313 MiB
-  while ranks imported ``torch._dynamo`` through ``torch.optim``; the DistDGL
-  peer imports DGL too);
+  gloo process group and its threads (measured: about 200 MiB per rank, 313 while
+  ranks imported ``torch._dynamo``; the DistDGL peer imports DGL too);
 * **shard** (mini-batch strategies, HEC, full-batch, DGCL): the part's files.
   Features are memory-mapped, but an epoch reads rows at random and
   evaluation reads all of them, so the whole shard counts as resident;
