@@ -34,9 +34,9 @@ def main(args: argparse.Namespace) -> int:
     cfg = config_from_args(args)
     # a strategy that starts ranks (`single` trains in this process), run as the command: a call
     # from another program (a test, a notebook) is not forked into the server
-    if strategy_class(cfg.strategy).distributed and getattr(args, "command_line", False):
-        # before this process has a thread (gnnflow.runtime.forkserver)
-        prestart_fork_server(preload=strategy_class(cfg.strategy).rank_imports)
+    cls = strategy_class(cfg.strategy)
+    if cls.distributed and getattr(args, "command_line", False):
+        prestart_fork_server(preload=cls.rank_imports)  # before this process has a thread (gnnflow.runtime.forkserver)
     apply_node_arguments(args)  # the memory preflight counts this host's share of the ranks
     records = run_training(cfg)
     last = [r for r in records if r.rank == 0]

@@ -62,14 +62,12 @@ def main(args: argparse.Namespace) -> int:
     from gnnflow.strategies.base import strategy_class
     from gnnflow.strategies.verify import check_of
 
+    if args.strategy not in STRATEGIES:
+        raise ConfigError(f"--strategy: unknown strategy {args.strategy!r}; choose one of {', '.join(STRATEGIES)}")
     # before this process has a thread (gnnflow.runtime.forkserver); it trains the reference too.
     # Only as the command: a call from another program (a test) is not forked into the server
     if getattr(args, "command_line", False):
-        known = strategy_class(args.strategy) if args.strategy in STRATEGIES else None
-        prestart_fork_server(trains_here=True, preload=known.rank_imports if known else ())
-
-    if args.strategy not in STRATEGIES:
-        raise ConfigError(f"--strategy: unknown strategy {args.strategy!r}; choose one of {', '.join(STRATEGIES)}")
+        prestart_fork_server(trains_here=True, preload=strategy_class(args.strategy).rank_imports)
     fn = check_of(args.strategy)
     available_device(args.device)
     apply_node_arguments(args)

@@ -30,6 +30,11 @@ FUSED_DEVICES = ("cpu", "cuda")
 REFUSED = ("amsgrad", "maximize", "differentiable", "decoupled_weight_decay")
 
 
+def _settings(group: dict[str, Any]) -> dict[str, Any]:
+    """A parameter group's settings: everything but its ``params``."""
+    return {k: v for k, v in group.items() if k != "params"}
+
+
 def _refuse(group: dict[str, Any], where: str) -> None:
     refused = [k for k in REFUSED if group.get(k)]
     if refused:
@@ -87,8 +92,7 @@ class FusedAdam:
             if id(p) in seen:
                 raise ValueError("some parameters appear in more than one parameter group")
             seen.add(id(p))
-        self.param_groups.append({**self.defaults, **{k: v for k, v in group.items() if k != "params"},
-                                  "params": params})
+        self.param_groups.append({**self.defaults, **_settings(group), "params": params})
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         grads: dict[tuple[torch.device, torch.dtype], list[torch.Tensor]] = defaultdict(list)
@@ -140,7 +144,7 @@ class FusedAdam:
         groups = []
         for group in self.param_groups:
             ids = [index.setdefault(id(p), len(index)) for p in group["params"]]
-            groups.append({**{k: v for k, v in group.items() if k != "params"}, "params": ids})
+            groups.append({**_settings(group), "params": ids})
         state = {index[id(p)]: dict(s) for p, s in self.state.items() if s}
         return {"state": state, "param_groups": groups}
 
@@ -166,5 +170,5 @@ class FusedAdam:
                 if isinstance(value, torch.Tensor) else torch.tensor(float(value), dtype=torch.float32, device=p.device)
                 for key, value in values.items()}
         self.state = state  # only once every tensor moved: a failed load leaves the optimizer as it was
-        self.param_groups = [{**self.defaults, **{k: v for k, v in s.items() if k != "params"}, "fused": True,
-                              "params": g["params"]} for s, g in zip(saved, self.param_groups, strict=True)]
+        self.param_groups = [{**self.defaults, **_settings(s), "fused": True, "params": g["params"]}
+                             for s, g in zip(saved, self.param_groups, strict=True)]
