@@ -53,3 +53,37 @@ def test_stage_profile_splits_an_epoch():
                       4.0, CRITICAL["ours"])
     assert p["critical"] == {"wait": 0.5, "forward_backward": 2.0, "allreduce": 0.25, "step": 0.25, "other": 1.0}
     assert p["background"] == {"sample": 3.0}
+
+
+def test_timed_epochs_are_steady_ones(tmp_path, monkeypatch):
+    """The strategy is told it trains one epoch more than the bench times: no timed epoch is a
+    run's last (where a pipeline that works across epochs has nothing left to prepare)."""
+    from gnnflow.bench import data_parallel as bench
+    from gnnflow.data.synthetic import prepare_synthetic
+    from gnnflow.runtime.context import RankContext
+    from gnnflow.strategies import base
+
+    store = prepare_synthetic(tmp_path / "graph", num_nodes=600)
+    seen: dict = {"ran": []}
+    real = base.strategy_class
+
+    def spy(name):
+        cls = real(name)
+
+        class Spy(cls):
+            def __init__(self, cfg, ctx):
+                seen["told"] = cfg.epochs
+                super().__init__(cfg, ctx)
+
+            def run_epoch(self, epoch, rec):
+                seen["ran"].append(epoch)
+                return super().run_epoch(epoch, rec)
+
+        return Spy
+
+    monkeypatch.setattr(base, "strategy_class", spy)
+    cfg = dict(graph=str(store.path), model="sage", hidden=8, num_layers=2, fanouts=[3, 3], batch_size=64,
+               epochs=2, seed=0)
+    out = bench.train_and_time(RankContext(), "single", cfg, 1)
+    assert seen == {"told": 3, "ran": [0, 1]}
+    assert len(out["epoch_s"]) == len(out["times"]) == 2 and 0 <= out["acc"]["test_acc"] <= 1
