@@ -351,6 +351,50 @@ def test_kendall_tau_and_the_bench_statistics(tmp_path):
     assert not check_ratios(res)
 
 
+def test_a_configuration_is_measured_again_while_the_host_changes(tmp_path, monkeypatch):
+    """``bench advise`` takes a configuration's measurements again when the host's cores moved
+    between their two ends (beyond HOST_TOLERANCE), at most --remeasure times, and says so."""
+    import argparse
+
+    from gnnflow.advise import advice as advice_mod
+    from gnnflow.advise import calibrate as calibrate_mod
+    from gnnflow.bench import advise as bench
+
+    assert bench.host_change({"cores": {"1": 1.0, "2": 1.98}}, {"cores": {"1": 0.99, "2": 1.95}}) is None
+    assert bench.host_change({"cores": {"1": 1.0, "2": 1.98}}, {"cores": {"1": 1.0, "2": 1.68}}) == \
+        "cores of 2 busy processes 1.98 -> 1.68"
+
+    # the host's cores at each measurement of its state: before, after (changed); before, after (steady)
+    states = iter([1.98, 1.68, 1.97, 1.96])
+    measured = []
+
+    class Advice:
+        ranked = rows = []
+
+    monkeypatch.setattr(calibrate_mod, "refresh_host", lambda cal, workers: None)
+    monkeypatch.setattr(bench, "host_state", lambda cal, p, measure=False: {"cores": {"2": next(states)},
+                                                                           "threads": 1.5})
+    monkeypatch.setattr(bench, "apply_host", lambda cal, host: None)
+    monkeypatch.setattr(bench, "_repredict", lambda adv, *a: adv)
+    monkeypatch.setattr(advice_mod, "advise", lambda *a, **k: Advice())
+    monkeypatch.setattr(advice_mod, "measure_top", lambda adv, k, **kw: measured.append(k))
+    args = argparse.Namespace(epochs=2, timeout=60.0, remeasure=2)
+    _, host = bench.measure_config("g-w2", 2, None, "book", None, [], "cal.json", args)
+    assert len(measured) == 2 and host["changed"] == ["cores of 2 busy processes 1.98 -> 1.68"]
+    assert host["before"]["cores"]["2"] == 1.97 and host["after"]["cores"]["2"] == 1.96
+
+    states = iter([1.98, 1.68, 1.97, 1.5])  # changed both times, and --remeasure 1: the last is kept
+    measured.clear()
+    _, host = bench.measure_config("g-w2", 2, None, "book", None, [], "cal.json", argparse.Namespace(
+        epochs=2, timeout=60.0, remeasure=1))
+    assert len(measured) == 2 and len(host["changed"]) == 2
+    res = bench.summarize({}, tmp_path / "cal.json", argparse.Namespace(model="gcn", hidden=64, fanouts="10,10",
+                                                                        batch_size=1024, remeasure=1),
+                          1.0, {"g-w2": host["changed"]})
+    assert "g-w2: the host changed during 2 measurement(s)" in res["summary"]
+    assert "kept the last, the host changing during it too" in res["summary"]
+
+
 # ------------------------------------------------------------------------------------------ workflow
 def test_workflow_advice_groups_settings_and_top_k(tmp_path):
     import copy

@@ -20,6 +20,12 @@ candidate (:func:`gnnflow.advise.advice.advise`) and each one that fits trains `
   and whether the predicted fastest is within 10 % of the measured fastest (a ratio of two
   measured epochs: the predicted fastest's over the measured fastest's, goal <= 1.1).
 
+The host's state (the cores 1 and P busy processes get, :func:`gnnflow.advise.calibrate.refresh_host`)
+is measured before and after each configuration's measurements: when it moved by more than
+:data:`HOST_TOLERANCE` in between (other work came or went on the host: a whole configuration then
+measured 1.2-1.5x slower than the calibration's rates say), the configuration is measured again,
+at most ``--remeasure`` times, and the summary names it (the goals are for a quiet host).
+
 Every configuration's advice with its measurements is kept in ``--workdir`` (``<graph>-w<P>.json``);
 ``--reuse`` takes those measurements again and only predicts anew (to check a change of the cost
 model without measuring again), and reuses the calibration there.
@@ -45,6 +51,9 @@ GRAPHS: dict[str, tuple[dict[str, Any], str]] = {
                   "train_frac": 0.08}, "metis"),
     "halo": ({"num_nodes": 32_768, "avg_degree": 20.0, "homophily": 0.1}, "random"),
 }
+#: the relative change of the host's cores (1 or P busy processes) between the two ends of a
+#: configuration's measurements beyond which they are taken again (a quiet host: 0-1 %)
+HOST_TOLERANCE = 0.08
 #: every strategy with its defaults, and the options whose effect the model should rank too
 BENCH_CANDIDATES: list[tuple[str, dict[str, Any]]] = [
     ("single", {}), ("data", {}), ("data", {"pipeline": False}), ("distdgl", {}), ("split", {}), ("p3", {}),
@@ -69,6 +78,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--reuse", action="store_true",
                         help="reuse the calibration and the measurements in --workdir; predict again")
     parser.add_argument("--timeout", type=float, default=1800.0, help="seconds per launch of ranks")
+    parser.add_argument("--remeasure", type=int, default=2,
+                        help="times a configuration is measured again when the host's cores changed "
+                             "during its measurements (default 2; 0: never)")
     parser.add_argument("--no-strategy-probe", action="store_true",
                         help="calibrate without the strategy probe: check the cost model alone")
 
@@ -104,6 +116,16 @@ def host_state(cal: Any, workers: int, measure: bool = False) -> dict[str, Any]:
         refresh_host(cal, [workers])
     return {"cores": {k: cal.collectives[k]["cores"] for k in ("1", str(workers)) if k in cal.collectives},
             "threads": cal.threads}
+
+
+def host_change(before: dict[str, Any], after: dict[str, Any]) -> str | None:
+    """How the host's cores moved between two states when by more than :data:`HOST_TOLERANCE`
+    (e.g. ``cores of 2 busy processes 1.98 -> 1.68``), else None."""
+    for key, was in before["cores"].items():
+        now = after["cores"].get(key)
+        if now is not None and abs(now - was) > HOST_TOLERANCE * max(was, 1e-9):
+            return f"cores of {key} busy process{'es' if key != '1' else ''} {was:.2f} -> {now:.2f}"
+    return None
 
 
 def apply_host(cal: Any, host: dict[str, Any]) -> None:
@@ -184,8 +206,8 @@ def strategy_errors(configs: dict[str, list[dict[str, Any]]]) -> dict[str, dict[
 
 # ------------------------------------------------------------------------------------------ the run
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    from gnnflow.advise.advice import CANDIDATES, advise, measure_top
-    from gnnflow.advise.calibrate import calibrate, read_calibration, refresh_host
+    from gnnflow.advise.advice import CANDIDATES, advise
+    from gnnflow.advise.calibrate import calibrate, read_calibration
     from gnnflow.advise.strategy_probe import probe_into, probe_settings
     from gnnflow.config import TrainConfig, parse_fanouts
     from gnnflow.errors import ConfigError
@@ -210,6 +232,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     cal = read_calibration(cal_path)
     candidates = BENCH_CANDIDATES if args.candidates == "bench" else CANDIDATES
     configs: dict[str, list[dict[str, Any]]] = {}
+    remeasured: dict[str, list[str]] = {}  # configuration -> how the host changed in each retaken measurement
     for g in graphs:
         store = graph_store(workdir, g)
         for p in workers:
@@ -221,35 +244,56 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                                batch_size=args.batch_size, workers=p,
                                gcn_degrees="block")  # what the DistDGL peer computes too
             old = json.loads(path.read_text()) if args.reuse and path.exists() else None
-            if old is None:
-                log.info("bench advise: %s: measuring the host's state", name)
-                refresh_host(cal, [p])
-                host = host_state(cal, p)
-            else:
+            if old is not None:
                 host = old.get("host") or host_state(cal, p)
                 apply_host(cal, host)
-            adv = advise(base, str(bk), cal, candidates=candidates, calibration_path=str(cal_path))
-            if old is not None:
+                adv = advise(base, str(bk), cal, candidates=candidates, calibration_path=str(cal_path))
                 measured = {r["label"]: r.get("measured") for r in old["rows"]}
                 for r in adv.rows:
                     r.measured = measured.get(r.label)
             else:
-                log.info("bench advise: %s: measuring %d candidates", name, len(adv.ranked))
-                measure_top(adv, len(adv.ranked), epochs=args.epochs, timeout_s=args.timeout)
-                after = host_state(cal, p, measure=True)
-                host = {"before": host, "after": after}
-                apply_host(cal, host)  # the host's state over the measurements: the mean of both ends
-                adv = _repredict(adv, base, str(bk), cal, candidates, str(cal_path))
+                adv, host = measure_config(name, p, base, str(bk), cal, candidates, str(cal_path), args)
             data = adv.to_dict()
             data["host"] = host
             path.write_text(json.dumps(data, indent=1, default=str))
             configs[name] = [r.to_dict() for r in adv.rows]
-    return summarize(configs, cal_path, args, time.perf_counter() - t0)
+            if host.get("changed"):
+                remeasured[name] = host["changed"]
+    return summarize(configs, cal_path, args, time.perf_counter() - t0, remeasured)
+
+
+def measure_config(name: str, p: int, base: Any, bk: str, cal: Any, candidates: Any, cal_path: str,
+                   args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
+    """One configuration's advice with every candidate measured, and the host's state at both
+    ends; measured again (at most ``args.remeasure`` times) while the host changed in between."""
+    from gnnflow.advise.advice import advise, measure_top
+    from gnnflow.advise.calibrate import refresh_host
+
+    changed: list[str] = []
+    for attempt in range(1 + max(0, int(args.remeasure))):
+        log.info("bench advise: %s: measuring the host's state", name)
+        refresh_host(cal, [p])
+        before = host_state(cal, p)
+        adv = advise(base, bk, cal, candidates=candidates, calibration_path=cal_path)
+        log.info("bench advise: %s: measuring %d candidates", name, len(adv.ranked))
+        measure_top(adv, len(adv.ranked), epochs=args.epochs, timeout_s=args.timeout)
+        after = host_state(cal, p, measure=True)
+        change = host_change(before, after)
+        if change is None:
+            break
+        changed.append(change)
+        if attempt < args.remeasure:
+            log.warning("bench advise: %s: the host changed during the measurements (%s); measuring again",
+                        name, change)
+    host = {"before": before, "after": after, "changed": changed}
+    apply_host(cal, host)  # the host's state over the measurements: the mean of both ends
+    return _repredict(adv, base, bk, cal, candidates, cal_path), host
 
 
 def summarize(configs: dict[str, list[dict[str, Any]]], cal_path: Path, args: argparse.Namespace,
-              wall: float) -> dict[str, Any]:
-    """The statistics, ratios and summary of a grid's advice files."""
+              wall: float, remeasured: dict[str, list[str]] | None = None) -> dict[str, Any]:
+    """The statistics, ratios and summary of a grid's advice files (``remeasured``: the
+    configurations measured again, with how the host changed each time)."""
     per_strategy = strategy_errors(configs)
     per_config = {name: config_figures(rows) for name, rows in configs.items()}
     setting = f"{args.model} {args.hidden}, fanouts {args.fanouts}, global batch {args.batch_size}"
@@ -275,7 +319,7 @@ def summarize(configs: dict[str, list[dict[str, Any]]], cal_path: Path, args: ar
     stats[head_name] = {"value": head, "computed_from": f"{len(per_strategy)} strategies"}
     result = {"configs": per_config, "strategies": per_strategy, "statistics": stats, "ratios": ratios,
               "ratio": head, "ratio_name": head_name, "calibration": str(cal_path), "wall_s": wall,
-              "setting": setting}
+              "setting": setting, "remeasured": dict(remeasured or {}), "remeasure": int(getattr(args, "remeasure", 0))}
     result["summary"] = summary_text(result)
     return result
 
@@ -298,4 +342,8 @@ def summary_text(result: dict[str, Any]) -> str:
             lines.append(f"  {name:14s} tau {c['tau']:+.2f}  predicted {c['predicted_fastest']} "
                          f"{c['predicted_fastest_s']:.3f} s vs measured {c['measured_fastest']} "
                          f"{c['measured_fastest_s']:.3f} s ({100 * (c['fastest_ratio'] - 1):+.0f} %)")
+    for name, changes in result.get("remeasured", {}).items():
+        lines.append(f"  {name}: the host changed during {len(changes)} measurement(s) ({'; '.join(changes)}); "
+                     + ("kept the last, the host changing during it too" if len(changes) > result.get("remeasure", 0)
+                        else "kept the one after"))
     return "\n".join(lines)
