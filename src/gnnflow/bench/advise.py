@@ -232,7 +232,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     cal = read_calibration(cal_path)
     candidates = BENCH_CANDIDATES if args.candidates == "bench" else CANDIDATES
     configs: dict[str, list[dict[str, Any]]] = {}
-    remeasured: dict[str, list[str]] = {}  # configuration -> how the host changed in each retaken measurement
+    remeasured: dict[str, dict[str, Any]] = {}  # configuration -> how the host changed, whether the kept one was steady
     for g in graphs:
         store = graph_store(workdir, g)
         for p in workers:
@@ -258,7 +258,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             path.write_text(json.dumps(data, indent=1, default=str))
             configs[name] = [r.to_dict() for r in adv.rows]
             if host.get("changed"):
-                remeasured[name] = host["changed"]
+                remeasured[name] = {"changed": host["changed"],
+                                    "steady": host_change(host["before"], host["after"]) is None}
     return summarize(configs, cal_path, args, time.perf_counter() - t0, remeasured)
 
 
@@ -267,13 +268,11 @@ def measure_config(name: str, p: int, base: Any, bk: str, cal: Any, candidates: 
     """One configuration's advice with every candidate measured, and the host's state at both
     ends; measured again (at most ``args.remeasure`` times) while the host changed in between."""
     from gnnflow.advise.advice import advise, measure_top
-    from gnnflow.advise.calibrate import refresh_host
 
     changed: list[str] = []
     for attempt in range(1 + max(0, int(args.remeasure))):
         log.info("bench advise: %s: measuring the host's state", name)
-        refresh_host(cal, [p])
-        before = host_state(cal, p)
+        before = host_state(cal, p, measure=True)
         adv = advise(base, bk, cal, candidates=candidates, calibration_path=cal_path)
         log.info("bench advise: %s: measuring %d candidates", name, len(adv.ranked))
         measure_top(adv, len(adv.ranked), epochs=args.epochs, timeout_s=args.timeout)
@@ -291,9 +290,10 @@ def measure_config(name: str, p: int, base: Any, bk: str, cal: Any, candidates: 
 
 
 def summarize(configs: dict[str, list[dict[str, Any]]], cal_path: Path, args: argparse.Namespace,
-              wall: float, remeasured: dict[str, list[str]] | None = None) -> dict[str, Any]:
+              wall: float, remeasured: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
     """The statistics, ratios and summary of a grid's advice files (``remeasured``: the
-    configurations measured again, with how the host changed each time)."""
+    configurations measured again: how the host changed each time (``changed``) and whether it
+    was steady during the measurement kept (``steady``))."""
     per_strategy = strategy_errors(configs)
     per_config = {name: config_figures(rows) for name, rows in configs.items()}
     setting = f"{args.model} {args.hidden}, fanouts {args.fanouts}, global batch {args.batch_size}"
@@ -319,7 +319,7 @@ def summarize(configs: dict[str, list[dict[str, Any]]], cal_path: Path, args: ar
     stats[head_name] = {"value": head, "computed_from": f"{len(per_strategy)} strategies"}
     result = {"configs": per_config, "strategies": per_strategy, "statistics": stats, "ratios": ratios,
               "ratio": head, "ratio_name": head_name, "calibration": str(cal_path), "wall_s": wall,
-              "setting": setting, "remeasured": dict(remeasured or {}), "remeasure": int(getattr(args, "remeasure", 0))}
+              "setting": setting, "remeasured": dict(remeasured or {})}
     result["summary"] = summary_text(result)
     return result
 
@@ -342,8 +342,7 @@ def summary_text(result: dict[str, Any]) -> str:
             lines.append(f"  {name:14s} tau {c['tau']:+.2f}  predicted {c['predicted_fastest']} "
                          f"{c['predicted_fastest_s']:.3f} s vs measured {c['measured_fastest']} "
                          f"{c['measured_fastest_s']:.3f} s ({100 * (c['fastest_ratio'] - 1):+.0f} %)")
-    for name, changes in result.get("remeasured", {}).items():
-        lines.append(f"  {name}: the host changed during {len(changes)} measurement(s) ({'; '.join(changes)}); "
-                     + ("kept the last, the host changing during it too" if len(changes) > result.get("remeasure", 0)
-                        else "kept the one after"))
+    for name, r in result.get("remeasured", {}).items():
+        lines.append(f"  {name}: the host changed during {len(r['changed'])} measurement(s) ({'; '.join(r['changed'])}); "
+                     + ("kept the one after" if r["steady"] else "kept the last, the host changing during it too"))
     return "\n".join(lines)

@@ -115,8 +115,8 @@ def train_and_time(ctx: Any, strategy: str, cfg_dict: dict[str, Any], threads: i
     The strategy is told it trains one epoch more than it runs: a pipelined strategy prepares the
     next epoch's batches during every epoch of a run but its last, so each timed epoch is such a
     steady one (the last epoch of a run, its pipeline already ahead and nothing after it to
-    prepare, for ours on the default graph 0.25-0.35 s against 0.40-0.54 s for the others; DistDGL's loaders do not work
-    across epochs)."""
+    prepare, took 0.25-0.35 s for ours on the default graph against 0.40-0.54 s for the others;
+    DistDGL's loaders do not work across epochs)."""
     from gnnflow.config import TrainConfig
     from gnnflow.results.schema import Recorder
     from gnnflow.strategies.base import strategy_class
