@@ -513,3 +513,18 @@ def test_strategy_probe_fits_measured_against_modelled_and_the_advice_applies_it
     assert table.strategy_factor("sage", 4, "data", "data") == (2.5, 0.0)  # nearest count (ties: the larger)
     assert table.strategy_factor("sage", 2, "split", "split") == (1.2, 0.0)  # another model's
     assert table.strategy_factor("gat", 16, "p3", "p3") == (1.0, 0.0)
+
+
+@pytest.mark.parametrize("flag", [["--remeasure", "-1"], ["--graphs", "nope"]])
+def test_bench_advise_refuses_bad_arguments_before_writing(tmp_path, flag):
+    import argparse
+
+    from gnnflow.bench import advise as bench
+    from gnnflow.errors import ConfigError
+
+    parser = argparse.ArgumentParser()
+    bench.add_arguments(parser)
+    args = parser.parse_args(["--workdir", str(tmp_path / "wd"), *flag])
+    with pytest.raises(ConfigError, match=flag[0]):
+        bench.run(args)
+    assert not (tmp_path / "wd").exists()

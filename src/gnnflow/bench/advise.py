@@ -213,12 +213,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     from gnnflow.errors import ConfigError
 
     t0 = time.perf_counter()
-    workdir = Path(args.workdir)
-    workdir.mkdir(parents=True, exist_ok=True)
     graphs = [g for g in str(args.graphs).split(",") if g]
     unknown = sorted(set(graphs) - set(GRAPHS))
     if unknown:
         raise ConfigError(f"--graphs: unknown {unknown}; choose from {', '.join(GRAPHS)}")
+    if args.remeasure < 0:
+        raise ConfigError(f"--remeasure: {args.remeasure}; give 0 (never) or more")
+    workdir = Path(args.workdir)  # made once the arguments are known good: a refusal writes nothing
+    workdir.mkdir(parents=True, exist_ok=True)
     workers = [int(w) for w in str(args.workers).split(",") if w]
     cal_path = Path(args.calibration) if args.calibration else workdir / "calibration.json"
     if not args.calibration and not (args.reuse and cal_path.exists()):
@@ -270,7 +272,7 @@ def measure_config(name: str, p: int, base: Any, bk: str, cal: Any, candidates: 
     from gnnflow.advise.advice import advise, measure_top
 
     changed: list[str] = []
-    for attempt in range(1 + max(0, int(args.remeasure))):
+    for attempt in range(1 + int(args.remeasure)):
         log.info("bench advise: %s: measuring the host's state", name)
         before = host_state(cal, p, measure=True)
         adv = advise(base, bk, cal, candidates=candidates, calibration_path=cal_path)
