@@ -52,3 +52,24 @@ def test_eval_mode_and_the_edge_probabilities():
     assert torch.count_nonzero(Dropout(1.0)(x)) == 0
     with pytest.raises(ValueError):
         Dropout(1.5)
+
+
+def test_the_buffer_and_flag_forms_draw_keep_masks_draws(monkeypatch):
+    """MG-GCN's forms (a mask written into a reused buffer a chunk at a time, boolean flags)
+    draw what keep_mask draws for the same state of torch's generator, whatever the chunk."""
+    import gnnflow.nn.dropout as dropout
+
+    shape = torch.Size([37, 11])  # 407 elements: not a multiple of 4 or of the chunk
+    torch.manual_seed(3)
+    want = dropout.keep_mask(shape, 0.3)
+    monkeypatch.setattr(dropout, "FILL_CHUNK", 8)
+    buf = torch.full(shape, -1.0)
+    torch.manual_seed(3)
+    assert dropout.fill_keep_mask_like(buf, 0.3) is buf
+    assert torch.equal(buf, want)
+    torch.manual_seed(3)
+    flags, scale = dropout.keep_flags_like(torch.empty(shape), 0.3)
+    assert flags.dtype == torch.bool and torch.equal(flags.float() * scale, want)
+    assert scale == dropout.keep_scale_on(torch.device("cpu"), 0.3) == STEPS / (STEPS - round(0.3 * STEPS))
+    assert 0.6 < flags.float().mean().item() < 0.8
+    assert dropout.keep_scale(0.99999999)[1] == STEPS  # never a division by zero

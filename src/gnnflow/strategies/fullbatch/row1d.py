@@ -38,6 +38,7 @@ from gnnflow.comm.collectives import all_reduce, world
 from gnnflow.config import TrainConfig
 from gnnflow.data.meta import StoreMeta, read_store_meta
 from gnnflow.errors import ConfigError
+from gnnflow.nn.dropout import fill_keep_mask_like, keep_flags_like, keep_scale_on
 from gnnflow.options import StrategyOptions, option
 from gnnflow.results.schema import Recorder
 from gnnflow.runtime.context import RankContext
@@ -344,8 +345,8 @@ class FullBatch(FullBatchBase):
                 if training and self.cfg.dropout > 0:
                     # the mask is drawn exactly as the buffer path draws it (same RNG stream)
                     # (a bool mask, as F.dropout saves, so the autograd baseline's memory is not inflated)
-                    mask = torch.empty_like(h).bernoulli_(1.0 - self.cfg.dropout).bool()
-                    h = h * mask * (1.0 / (1.0 - self.cfg.dropout))
+                    keep, scale = keep_flags_like(h, self.cfg.dropout)
+                    h = h * keep * scale
         return h
 
     def _cached_agg0(self) -> torch.Tensor:
@@ -404,9 +405,8 @@ class FullBatch(FullBatchBase):
                     out.add_(b)
                 if i < num - 1:
                     out.relu_()
-                    if p > 0:
-                        mask = tmp[: n * d_out].view(n, d_out).bernoulli_(1.0 - p)
-                        out.mul_(mask).mul_(1.0 / (1.0 - p))  # as the autograd path: h * mask * 1/(1-p)
+                    if p > 0:  # as the autograd path: h * keep * scale
+                        out.mul_(fill_keep_mask_like(tmp[: n * d_out].view(n, d_out), p))
             h = out
         return h
 
@@ -424,7 +424,7 @@ class FullBatch(FullBatchBase):
         with torch.no_grad():
             logits.zero_()
             logits[rows] = sel.grad
-        scale = 1.0 / (1.0 - self.cfg.dropout)
+        scale = keep_scale_on(self.features.device, self.cfg.dropout)
         tmp = self._buffer("tmp", n * max(self.dims))
         layers = list(self.model.layers)
         with torch.no_grad():
