@@ -118,7 +118,7 @@ def test_partition_book_rows_are_exact(tiny_store, tmp_path):
 def test_buffer_reuse_backward_equals_autograd_with_dropout(tmp_path, dropout):
     """The hand-written backward (§4.2 buffers, in-place ReLU/dropout backward, chunked input
     gradient) gives autograd's gradients when both draw the same dropout masks (0.9: a kept
-    element's scale is gnnflow.nn.dropout's, 6e-5 below 1 / (1 - p), in both)."""
+    element's scale is gnnflow.nn.dropout's, relatively 6e-5 below 1 / (1 - p), in both)."""
     from gnnflow.config import TrainConfig
     from gnnflow.data.synthetic import prepare_synthetic
     from gnnflow.results.schema import Recorder

@@ -9,7 +9,7 @@ seeded from torch's default generator, so ``torch.manual_seed`` and a
 checkpoint's RNG state fix it as they fix torch's own dropout) compared with
 ``round(p 65536)``; kept elements are scaled by ``65536 / (65536 - round(p
 65536))`` (:func:`keep_scale`), so ``E[out] = x`` exactly and the drop probability is ``p`` rounded
-to 1/65536.  The scaled float mask is written by numpy in one pass and kept for
+to 1/65536 (at most 65535/65536).  The scaled float mask is written by numpy in one pass and kept for
 backward, as torch keeps its float mask.  Before dropout a hidden layer's ReLU joins the mask
 (``out = x * [x > 0] * keep * scale``): one pass forward, one backward.
 
@@ -82,7 +82,9 @@ FILL_CHUNK = 1 << 20
 def fill_keep_mask(out: torch.Tensor, p: float) -> float:
     """Write :func:`keep_mask`'s mask for ``out``'s shape (the same draws) into ``out``, a
     contiguous float32 CPU tensor, :data:`FILL_CHUNK` elements at a time (no whole-size
-    temporary, for MG-GCN's reused buffers); returns the scale of a kept element."""
+    temporary, for MG-GCN's reused buffers; numpy writes it, so not a tensor autograd tracks);
+    returns the scale of a kept element."""
+    assert FILL_CHUNK % 4 == 0, FILL_CHUNK  # else the chunks' draws are not keep_mask's
     flat = out.detach().view(-1).numpy()
     drop, scale = keep_scale(p)
     gen = _draws()

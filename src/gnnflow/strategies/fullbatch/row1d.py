@@ -443,7 +443,7 @@ class FullBatch(FullBatchBase):
                 _acc_grad(w, h_in.t() @ y)
                 if i == 0:
                     continue
-                # dZ_{i-1} = (Y Wᵀ) ⊙ [H_{i-1} > 0] / (1 - p), written over H_{i-1} in row chunks,
+                # dZ_{i-1} = (Y Wᵀ) ⊙ [H_{i-1} > 0] · scale (a kept unit's), written over H_{i-1} in row chunks,
                 # so the n × d_in input gradient never exists as a whole (one small scratch block)
                 chunk = max(1, min(n, _CHUNK_ELEMS // max(1, d_in)))
                 scratch = self._buffer("scratch", chunk * d_in)
