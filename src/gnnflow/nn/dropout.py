@@ -53,14 +53,19 @@ def _kept(gen: np.random.PCG64, n: int, drop: int) -> np.ndarray:
     return gen.random_raw((n + 3) // 4).view(np.uint16)[:n] >= drop
 
 
+def _keep_array(shape: torch.Size, p: float) -> tuple[np.ndarray, float]:
+    """The flat keep flags of a mask of ``shape`` (one draw of torch's default generator) and
+    the scale of a kept element."""
+    drop, scale = keep_scale(p)
+    return _kept(_draws(), int(np.prod(shape)) if len(shape) else 1, drop), scale
+
+
 def keep_mask(shape: torch.Size, p: float, also: np.ndarray | None = None) -> torch.Tensor:
     """A float32 mask of ``shape``: ``scale`` where an element is kept (probability ``1 -
     drop / STEPS``, and ``also``, a boolean array of ``shape``, is true where given), 0
     elsewhere (:func:`keep_scale`; ``scale`` keeps the expectation).  Consumes one draw of
     torch's default generator."""
-    n = int(np.prod(shape)) if len(shape) else 1
-    drop, scale = keep_scale(p)
-    keep = _kept(_draws(), n, drop)
+    keep, scale = _keep_array(shape, p)
     if also is not None:
         keep &= also.reshape(-1)
     # numpy writes the scaled float mask in one pass (torch's bool -> float casts are several times slower)
@@ -70,20 +75,19 @@ def keep_mask(shape: torch.Size, p: float, also: np.ndarray | None = None) -> to
 def keep_flags(shape: torch.Size, p: float) -> tuple[torch.Tensor, float]:
     """``(flags, scale)``: the boolean keep flags of :func:`keep_mask`'s draws (the same
     elements kept for the same state of torch's generator) and the scale of a kept element."""
-    n = int(np.prod(shape)) if len(shape) else 1
-    drop, scale = keep_scale(p)
-    return torch.from_numpy(_kept(_draws(), n, drop)).view(shape), scale
+    keep, scale = _keep_array(shape, p)
+    return torch.from_numpy(keep).view(shape), scale
 
 
 #: elements per step of :func:`fill_keep_mask` (a multiple of 4): its scratch is 3 bytes each
 FILL_CHUNK = 1 << 20
 
 
-def fill_keep_mask(out: torch.Tensor, p: float) -> float:
+def fill_keep_mask(out: torch.Tensor, p: float) -> torch.Tensor:
     """Write :func:`keep_mask`'s mask for ``out``'s shape (the same draws) into ``out``, a
     contiguous float32 CPU tensor, :data:`FILL_CHUNK` elements at a time (no whole-size
     temporary, for MG-GCN's reused buffers; numpy writes it, so not a tensor autograd tracks);
-    returns the scale of a kept element."""
+    returns ``out``."""
     assert FILL_CHUNK % 4 == 0, FILL_CHUNK  # else the chunks' draws are not keep_mask's
     flat = out.detach().view(-1).numpy()
     drop, scale = keep_scale(p)
@@ -91,7 +95,7 @@ def fill_keep_mask(out: torch.Tensor, p: float) -> float:
     for s in range(0, flat.shape[0], FILL_CHUNK):
         e = min(flat.shape[0], s + FILL_CHUNK)
         np.multiply(_kept(gen, e - s, drop), np.float32(scale), out=flat[s:e], dtype=np.float32)
-    return scale
+    return out
 
 
 # ------------------------------------------- masks of hand-written layers (MG-GCN's, gnnflow.strategies.fullbatch)
@@ -105,15 +109,14 @@ def keep_flags_like(h: torch.Tensor, p: float) -> tuple[torch.Tensor, float]:
     """``(keep flags, scale)`` of dropout ``p`` for ``h`` (the draws of :func:`fill_keep_mask_like`)."""
     if h.device.type == "cpu":
         return keep_flags(h.shape, p)
-    return torch.empty_like(h).bernoulli_(1.0 - p).bool(), 1.0 / (1.0 - p)
+    return torch.empty_like(h).bernoulli_(1.0 - p).bool(), keep_scale_on(h.device, p)
 
 
 def fill_keep_mask_like(buf: torch.Tensor, p: float) -> torch.Tensor:
     """``buf`` filled with the scaled keep mask of dropout ``p`` (0 or the scale), returned."""
     if buf.device.type == "cpu":
-        fill_keep_mask(buf, p)
-        return buf
-    return buf.bernoulli_(1.0 - p).mul_(1.0 / (1.0 - p))
+        return fill_keep_mask(buf, p)
+    return buf.bernoulli_(1.0 - p).mul_(keep_scale_on(buf.device, p))
 
 
 class _Mul(torch.autograd.Function):
