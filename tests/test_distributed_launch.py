@@ -9,7 +9,15 @@ import time
 import pytest
 import torch
 
-from gnnflow.comm.collectives import CommStats, all_to_all_rows, alltoallv, world
+from gnnflow.comm import collectives
+from gnnflow.comm.collectives import (
+    CommStats,
+    all_reduce_sum,
+    all_to_all_rows,
+    alltoallv,
+    count_matrix,
+    world,
+)
 from gnnflow.errors import DistributedError
 from gnnflow.runtime.launch import run_ranks
 
@@ -30,6 +38,32 @@ def test_alltoallv_uneven_rows():
         # from peer q this rank gets rank+1 rows of value 10*q + rank
         assert recv == [[float(10 * q + rank)] * (rank + 1) for q in range(3)]
         assert sent == sum((p + 1) * 2 * 4 for p in range(3) if p != rank)
+
+
+def _sums(ctx, through_all_reduce: bool):
+    if through_all_reduce:  # the tensor times the ranks over the bound: gloo's all_reduce
+        collectives.SUM_BY_ALLTOALL_BYTES = 0
+    g = torch.Generator().manual_seed(ctx.rank)
+    t = torch.randn(1000, generator=g) * 10 ** torch.randint(-3, 4, (1000,), generator=g)
+    mine = t.clone()
+    all_reduce_sum(t, "compute")
+    matrix = count_matrix([10 * ctx.rank + p for p in range(ctx.world_size)])
+    return mine, t, matrix
+
+
+@pytest.mark.parametrize("through_all_reduce", [False, True])
+def test_all_reduce_sum_and_count_matrix(through_all_reduce):
+    results = run_ranks(_sums, 4, through_all_reduce, timeout_s=60)
+    parts = [mine for mine, _, _ in results]
+    in_rank_order = parts[0].clone()
+    for p in parts[1:]:
+        in_rank_order += p
+    for _, got, matrix in results:
+        assert matrix.tolist() == [[10 * q + p for p in range(4)] for q in range(4)]
+        torch.testing.assert_close(got, in_rank_order, rtol=1e-5, atol=1e-5)
+        if not through_all_reduce:  # every rank adds the copies in rank order: the same bits everywhere
+            assert torch.equal(got, in_rank_order)
+    assert through_all_reduce or all(torch.equal(got, results[0][1]) for _, got, _ in results)
 
 
 def _shuffle_grad(ctx, skip_backward: bool):

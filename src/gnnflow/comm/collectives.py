@@ -86,6 +86,36 @@ def all_reduce(t: torch.Tensor, kind: str, op: Any = dist.ReduceOp.SUM, group: A
     dist.all_reduce(t, op=op, group=group)
 
 
+#: the most bytes (the tensor times the ranks) :func:`all_reduce_sum` sums with one all-to-all
+SUM_BY_ALLTOALL_BYTES = 8 << 20
+
+
+def all_reduce_sum(t: torch.Tensor, kind: str, group: Any = None) -> None:
+    """Sum the contiguous ``t`` over the ranks of ``group``, in place.
+
+    Where ``t`` is on the host (gloo carries it) and ``t`` times the ranks is at most
+    :data:`SUM_BY_ALLTOALL_BYTES`, every rank sends the whole of ``t`` to every peer in one
+    all-to-all and adds the copies in rank order: on a loopback gloo's ``all_reduce`` of 20,000
+    floats took 1.3 ms and 0.66 ms of CPU (its ring's steps) against an all-to-all's 0.26 ms and
+    0.18 ms (2 ranks, measured here), and the rank-order sum gives every rank the same bits.
+    Larger tensors, and device tensors, go through ``all_reduce``.
+    """
+    _, size = world(group)
+    if size == 1:
+        return
+    n = t.numel()
+    if t.device.type != "cpu" or not t.is_contiguous() or n * t.element_size() * size > SUM_BY_ALLTOALL_BYTES:
+        all_reduce(t, kind, group=group)
+        return
+    flat = t.view(-1)
+    copies = torch.empty(size * n, dtype=t.dtype, device=t.device)
+    all_to_all_single(copies, flat.repeat(size), kind, group)
+    parts = copies.view(size, n)
+    flat.copy_(parts[0])
+    for p in range(1, size):  # rank order on every rank: the same sum everywhere
+        flat.add_(parts[p])
+
+
 def all_gather(out: list[torch.Tensor], t: torch.Tensor, kind: str, group: Any = None) -> None:
     """``dist.all_gather`` of a ``kind`` tensor into ``out``."""
     check_placement(kind, "all_gather", [t, *out], group)
@@ -153,19 +183,21 @@ def exchange_counts(counts: list[int] | torch.Tensor, group: Any = None) -> list
 
 
 def count_matrix(counts: list[int] | torch.Tensor, group: Any = None) -> np.ndarray:
-    """Every rank's ``counts`` (one per peer): ``m[q, p]`` = what rank q sends rank p.  One all-gather.
+    """Every rank's ``counts`` (one per peer): ``m[q, p]`` = what rank q sends rank p.  One collective.
 
     Where :func:`exchange_counts` tells a rank only what comes to it, this tells every rank the
     whole traffic matrix, so decisions that must agree (e.g. the rounds of
-    :func:`exchange_rows_in_rounds`) need no further collective.
+    :func:`exchange_rows_in_rounds`) need no further collective.  It is an all-to-all of the
+    row to every peer: gloo's all-gather of a few integers took about twice an all-to-all's time
+    and CPU on a loopback (measured here).
     """
     _, size = world(group)
     send = torch.as_tensor(counts, dtype=torch.int64).reshape(size)
     if size == 1:
         return send.numpy().reshape(1, 1).copy()
-    rows = [torch.empty_like(send) for _ in range(size)]
-    all_gather(rows, send, HOST, group)
-    return torch.stack(rows).numpy()
+    rows = torch.empty(size * size, dtype=torch.int64)
+    all_to_all_single(rows, send.repeat(size), HOST, group)
+    return rows.view(size, size).numpy()
 
 
 def alltoall_slots(
@@ -381,7 +413,7 @@ def all_reduce_gradients(module: torch.nn.Module, average: bool = True) -> None:
     if not grads:
         return
     flat = torch.cat([g.reshape(-1) for g in grads])
-    all_reduce(flat, COMPUTE)
+    all_reduce_sum(flat, COMPUTE)
     if average:
         flat /= size
     offset = 0
