@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 
 from gnnflow.errors import ConfigError, StoreError
+from gnnflow.partition import book as book_module
 from gnnflow.partition.api import partition_graph
-from gnnflow.partition.book import PartitionBook
+from gnnflow.partition.book import LocalIds, PartitionBook
 
 
 def test_random_book_roundtrip(tiny_store, tmp_path):
@@ -93,3 +94,22 @@ def test_constraint_weights_at_idx_width_match_int64(tiny_store):
     ix = as_idx(tiny_store.indices, np.int32, chunk=7)
     assert ix.dtype == np.int32
     np.testing.assert_array_equal(ix, np.asarray(tiny_store.indices))
+
+
+@pytest.mark.parametrize("dense", [True, False])
+def test_local_ids_map_and_searchsorted_agree_with_a_dictionary(dense, monkeypatch):
+    if not dense:
+        monkeypatch.setattr(book_module, "DENSE_IDS_PER_LOCAL", 0)
+    rng = np.random.default_rng(0)
+    ids = rng.choice(5000, size=1500, replace=False)
+    inner, halo = np.sort(ids[:1000]), np.sort(ids[1000:])
+    lookup = LocalIds(inner, halo)
+    assert (lookup.dense is not None) == dense
+    local = {int(g): i for i, g in enumerate(np.concatenate([inner, halo]))}
+    span = int(ids.max()) + 1
+    for query in (rng.integers(0, span, 3000),  # inside the span: present and absent ids
+                  np.array([-5, span, span + 100, int(inner[0]), int(halo[-1])]),  # outside it too
+                  np.zeros(0, dtype=np.int64)):
+        got = lookup(query)
+        assert got.dtype == np.int64 and got.shape == query.shape
+        assert got.tolist() == [local.get(int(q), -1) for q in query]

@@ -258,18 +258,18 @@ def calibrate_sampler(indptr: np.ndarray, indices: np.ndarray) -> dict[str, floa
 def _row_paths(table: np.ndarray, rng: np.random.Generator, count: int) -> tuple[float, float]:
     """CPU seconds of ``count`` random rows read by the two paths the strategies' load stages run:
     :meth:`FeatureStore.fetch` of one rank whose part owns a random half of the vertices (owner
-    lookup, global-to-local ``searchsorted``, gather), and a fancy-indexed read of the memory map
+    lookup, global-to-local map, gather), and a fancy-indexed read of the memory map
     in batch order (``features[ids]``: single, split, P3, HEC)."""
     import types
 
-    from gnnflow.partition.book import _sorted_lookup
+    from gnnflow.partition.book import LocalIds
     from gnnflow.strategies.minibatch.feature_store import FeatureStore
 
     n = table.shape[0]
     inner = np.sort(rng.choice(2 * n, size=n, replace=False))
     halo = np.zeros(0, dtype=np.int64)
     part = types.SimpleNamespace(part_id=0, num_inner=n, features=table,
-                                 global_to_local=lambda ids: _sorted_lookup(np.asarray(ids, np.int64), inner, halo))
+                                 global_to_local=LocalIds(inner, halo))
     store = FeatureStore(part, np.zeros(2 * n, dtype=np.int8))
     ids = torch.from_numpy(rng.choice(inner, size=count, replace=False))
     pos = rng.choice(n, size=count, replace=False)
