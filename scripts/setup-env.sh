@@ -50,7 +50,7 @@ fi
 stamp=.venv/.gnnflow-installed
 extras=""
 [[ $want_test == 1 ]] && extras="[test,mpi,peers]"
-key="$(cat pyproject.toml setup.py | sha256sum | cut -c1-16)$extras"
+key="$(cat pyproject.toml setup.py src/gnnflow/*/_*.c | sha256sum | cut -c1-16)$extras"
 if [[ ! -f $stamp ]] || ! grep -qx "$key" "$stamp"; then
   echo "setup-env: installing gnnflow$extras into .venv (torch CPU build; see README for CUDA)"
   .venv/bin/python -m pip install -q --upgrade pip >/dev/null

@@ -209,3 +209,26 @@ def test_floyd_in_c_draws_what_numpy_draws(monkeypatch):
     for c, n in zip(c_blocks, np_blocks, strict=True):
         for f in ("dst_ids", "src_ids", "indptr", "indices"):
             assert torch.equal(getattr(c, f), getattr(n, f)), f
+
+
+def test_hop_positions_in_c_equal_numpys(monkeypatch):
+    """The compiled hop (``gf_sample_positions``: degrees, row hashes, Floyd, offsets in one
+    pass) gives ``sample_edge_positions``'s numpy positions exactly: rows of degree 0, k, k + 1
+    and many, fanout 0, ids beyond 2**32, rows in any order."""
+    from gnnflow.sampling import draws
+    from gnnflow.sampling.neighbor import sample_edge_positions
+
+    assert draws._c_kernel("gf_sample_positions") is not None, "the C draws kernel was not built"
+    rng = np.random.default_rng(3)
+    deg = np.concatenate([[0, 0, 10, 11, 1, 300], rng.integers(0, 60, 2000)]).astype(np.int64)
+    indptr = np.concatenate([[0], np.cumsum(deg)]).astype(np.int64)
+    rows = rng.permutation(deg.shape[0]).astype(np.int64)
+    ids = rows + np.int64(2**33) * (rows % 3)
+    for fanout, layer in ((10, 0), (1, 1), (0, 0), (25, 2)):
+        key = DrawKey(7, 2, 5)
+        c_eid, c_counts = sample_edge_positions(indptr, rows, fanout, key, layer, ids)
+        with monkeypatch.context() as m:
+            m.setenv("GNNFLOW_NUMPY_DRAWS", "1")
+            n_eid, n_counts = sample_edge_positions(indptr, rows, fanout, key, layer, ids)
+        assert np.array_equal(c_counts, n_counts) and np.array_equal(c_eid, n_eid), fanout
+        assert c_eid.dtype == np.int64 and c_eid.shape[0] == int(np.minimum(deg, fanout).sum())

@@ -29,9 +29,10 @@ separately, from the base ``mix(row_hash(v) ^ mix(r * GOLDEN + REL))``
 so the draws of ``(v, r)`` stay the same whoever samples ``v``, and the
 untyped draws are untouched.
 
-Floyd's choice runs in C where the package was built with a compiler
-(``_drawkernels.c``, called through ctypes; the numpy form, kept as the
-reference and the fallback, draws the same positions: a test compares them).
+Floyd's choice, and a whole hop's edge positions, run in C where the package was
+built with a compiler (``_drawkernels.c``, called through ctypes; the numpy form,
+kept as the reference and the fallback, draws the same positions: a test compares
+them).
 ``GNNFLOW_NUMPY_DRAWS=1`` takes the numpy form.
 """
 
@@ -108,25 +109,53 @@ def uniforms(row_hash: np.ndarray, i: int) -> np.ndarray:
     return (z >> np.uint64(11)).astype(np.float64) * _TO_UNIT
 
 
-_kernel: Any = None  # the C form, once loaded (False: not built)
+_kernels: dict[str, Any] | None = None  # the C forms by name, once loaded (empty: not built)
+_SIGNATURES = {"gf_floyd_choose": [ctypes.c_int64] * 2 + [ctypes.c_void_p] * 3,
+               "gf_sample_positions": [ctypes.c_int64] * 2 + [ctypes.c_void_p] * 3 + [ctypes.c_uint64, ctypes.c_void_p]}
+
+
+def _c_kernel(name: str) -> Any:
+    """Kernel ``name`` of the compiled ``_drawkernels.c``, or None (not built, built before the
+    kernel was added, or GNNFLOW_NUMPY_DRAWS)."""
+    global _kernels
+    if os.environ.get("GNNFLOW_NUMPY_DRAWS"):
+        return None
+    if _kernels is None:
+        _kernels = {}
+        try:
+            from gnnflow.sampling import _drawkernels  # type: ignore[attr-defined]
+
+            lib = ctypes.CDLL(_drawkernels.__file__)
+        except (ImportError, OSError):
+            return None
+        for fname, argtypes in _SIGNATURES.items():
+            fn = getattr(lib, fname, None)
+            if fn is not None:
+                fn.restype, fn.argtypes = None, argtypes
+                _kernels[fname] = fn
+    return _kernels.get(name)
 
 
 def _c_floyd() -> Any:
     """``gf_floyd_choose`` of the compiled kernels, or None (not built, or GNNFLOW_NUMPY_DRAWS)."""
-    global _kernel
-    if os.environ.get("GNNFLOW_NUMPY_DRAWS"):
-        return None
-    if _kernel is None:
-        try:
-            from gnnflow.sampling import _drawkernels  # type: ignore[attr-defined]
+    return _c_kernel("gf_floyd_choose")
 
-            fn = ctypes.CDLL(_drawkernels.__file__).gf_floyd_choose
-            fn.restype = None
-            fn.argtypes = [ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
-            _kernel = fn
-        except (ImportError, OSError, AttributeError):
-            _kernel = False
-    return _kernel or None
+
+def sample_positions_c(starts: np.ndarray, deg: np.ndarray, k: int, vertex_ids: np.ndarray,
+                       layer_key: int) -> np.ndarray | None:
+    """One hop's sampled edge positions by the compiled kernel (``gf_sample_positions``): each row
+    all of its ``deg`` edges from ``starts``, or (``deg > k``) Floyd's sorted choice of ``k`` from
+    its :meth:`DrawKey.row_hashes` word; None where the kernel is not built."""
+    fn = _c_kernel("gf_sample_positions")
+    if fn is None or k < 0:
+        return None
+    starts = np.ascontiguousarray(starts, dtype=np.int64)
+    deg = np.ascontiguousarray(deg, dtype=np.int64)
+    ids = np.ascontiguousarray(vertex_ids, dtype=np.int64)
+    eid = np.empty(int(np.minimum(deg, k).sum()), dtype=np.int64)
+    fn(deg.shape[0], k, starts.ctypes.data, deg.ctypes.data, ids.ctypes.data,
+                            ctypes.c_uint64(int(layer_key)), eid.ctypes.data)
+    return eid
 
 
 def floyd_choose(deg: np.ndarray, k: int, row_hash: np.ndarray) -> np.ndarray:

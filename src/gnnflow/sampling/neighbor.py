@@ -36,7 +36,7 @@ import torch
 
 from gnnflow.errors import ConfigError
 from gnnflow.sampling.block import Block, as_long_tensor
-from gnnflow.sampling.draws import DrawKey, floyd_choose
+from gnnflow.sampling.draws import DrawKey, floyd_choose, sample_positions_c
 
 
 def _as_np(x: np.ndarray | torch.Tensor | Sequence[int]) -> np.ndarray:
@@ -67,6 +67,9 @@ def sample_edge_positions(
     if fanout < 0:
         return ragged_arange(starts, deg), deg
     counts = np.minimum(deg, fanout)
+    eid = sample_positions_c(starts, deg, int(fanout), vertex_ids, key.layer(layer))
+    if eid is not None:  # the compiled form of the lines below (the same positions)
+        return eid, counts
     eid = ragged_arange(starts, counts)
     big = np.flatnonzero(deg > fanout)
     if big.size:
