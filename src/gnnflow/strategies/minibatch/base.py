@@ -481,7 +481,8 @@ class MiniBatchStrategy(Strategy):
     def train_batch(self, mb: MiniBatch, rec: Recorder) -> float:
         """forward/backward -> gradient all-reduce -> step; returns the local mean CE."""
         assert self.optimizer is not None and self.model is not None
-        self.model.train()
+        if not (self.model.training and self.net is not None and self.net.training):
+            self.model.train()  # it walks every submodule: after an evaluation, not per batch
         cpu = time.thread_time()
         with rec.timer("forward_backward"):
             self.optimizer.zero_grad(set_to_none=False)
