@@ -3,8 +3,10 @@
 P processes are started as a run starts its ranks (:func:`gnnflow.runtime.launch.run_ranks`, one
 torch thread each where the cores are shared) and measure, on gloo:
 
-* ``allreduce_latency`` / ``allreduce_byte``: a float tensor's all-reduce, fitted as latency plus
-  seconds per byte of the tensor (4 B, 64 KiB, 1 MiB, 4 MiB; medians of repeats);
+* ``allreduce_latency`` / ``allreduce_byte``: a float tensor's sum over the ranks as the gradients
+  take it (:func:`gnnflow.comm.collectives.all_reduce_sum`: one all-to-all up to 8 MiB times the
+  ranks, gloo's all-reduce above), fitted as latency plus seconds per byte of the tensor (4 B,
+  64 KiB, 1 MiB, 4 MiB; medians of repeats);
 * ``latency`` / ``byte``: :func:`gnnflow.comm.collectives.alltoallv` of int64 ids, latency plus
   seconds per byte a rank sends (8 B to 1 MiB per peer); ``latency_cpu``: the calling
   thread's CPU seconds of the smallest; ``byte_cpu``: the process's CPU seconds per byte (the
@@ -77,14 +79,20 @@ def collectives_rank(ctx: Any, repeats: int) -> dict[str, float]:
     """One rank's part of :func:`calibrate_collectives` (module-level: the spawner imports it)."""
     import torch.distributed as dist
 
-    from gnnflow.comm.collectives import all_gather, all_reduce, alltoallv, broadcast
+    from gnnflow.comm.collectives import (
+        all_gather,
+        all_reduce,
+        all_reduce_sum,
+        alltoallv,
+        broadcast,
+    )
     from gnnflow.runtime.devices import HOST
 
     p = ctx.world_size
     sizes, times = [], []
-    for n in (1, 16384, 262144, 1048576):
+    for n in (1, 16384, 262144, 1048576):  # the gradients' sum (all_reduce_gradients' path for each size)
         t = torch.zeros(n)
-        times.append(_median_time(lambda t=t: all_reduce(t, HOST), repeats))
+        times.append(_median_time(lambda t=t: all_reduce_sum(t, HOST), repeats))
         sizes.append(4.0 * n)
     ar_lat, ar_byte = _fit(sizes, times)
     sizes, times = [], []
