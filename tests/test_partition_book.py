@@ -8,9 +8,10 @@ import numpy as np
 import pytest
 
 from gnnflow.errors import ConfigError, StoreError
-from gnnflow.partition import book as book_module
+from gnnflow.partition import local_ids as local_ids_module
 from gnnflow.partition.api import partition_graph
-from gnnflow.partition.book import LocalIds, PartitionBook
+from gnnflow.partition.book import PartitionBook
+from gnnflow.partition.local_ids import LocalIds
 
 
 def test_random_book_roundtrip(tiny_store, tmp_path):
@@ -99,7 +100,7 @@ def test_constraint_weights_at_idx_width_match_int64(tiny_store):
 @pytest.mark.parametrize("dense", [True, False])
 def test_local_ids_map_and_searchsorted_agree_with_a_dictionary(dense, monkeypatch):
     if not dense:
-        monkeypatch.setattr(book_module, "DENSE_IDS_PER_LOCAL", 0)
+        monkeypatch.setattr(local_ids_module, "DENSE_IDS_PER_LOCAL", 0)
     rng = np.random.default_rng(0)
     ids = rng.choice(5000, size=1500, replace=False)
     inner, halo = np.sort(ids[:1000]), np.sort(ids[1000:])

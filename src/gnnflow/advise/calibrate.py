@@ -262,7 +262,7 @@ def _row_paths(table: np.ndarray, rng: np.random.Generator, count: int) -> tuple
     in batch order (``features[ids]``: single, split, P3, HEC)."""
     import types
 
-    from gnnflow.partition.book import LocalIds
+    from gnnflow.partition.local_ids import LocalIds
     from gnnflow.strategies.minibatch.feature_store import FeatureStore
 
     n = table.shape[0]

@@ -20,6 +20,7 @@ bookkeeping goes over gloo and the payload over NCCL.
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -128,10 +129,54 @@ def broadcast(t: torch.Tensor, src: int, kind: str, group: Any = None, async_op:
     return dist.broadcast(t, src=src, group=group, async_op=async_op)
 
 
+class _Done:
+    """The work handle of an exchange that completed before it returned."""
+
+    def wait(self) -> bool:
+        return True
+
+    def is_completed(self) -> bool:
+        return True
+
+
+# process group -> its LocalMesh, or None (gloo carries it); weak: a destroyed group is not kept
+# alive to the interpreter's end (a gloo group freed that late aborted its process)
+_meshes: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
+
+
+def _local_mesh(group: Any) -> Any:
+    """``group``'s :class:`gnnflow.comm.local.LocalMesh` (made on first use: collective), or None
+    where its ranks are not all on this host (:mod:`gnnflow.comm.local`)."""
+    from gnnflow.comm import local
+    from gnnflow.runtime.group import dist_timeout_s
+
+    if not local.enabled():
+        return None
+    g = group if group is not None else dist.group.WORLD
+    if g in _meshes:
+        return _meshes[g]
+    rank, size = world(group)
+
+    def gather(t: torch.Tensor) -> torch.Tensor:
+        rows = [torch.empty_like(t) for _ in range(size)]
+        dist.all_gather(rows, t, group=group)
+        return torch.stack(rows)
+
+    _meshes[g] = mesh = local.connect_mesh(rank, size, gather, dist_timeout_s())
+    return mesh
+
+
 def all_to_all_single(recv: torch.Tensor, send: torch.Tensor, kind: str, group: Any = None,
                       async_op: bool = False, **splits: Any) -> Any:
-    """``dist.all_to_all_single`` of ``kind`` tensors (``splits``: its split-size arguments)."""
+    """``dist.all_to_all_single`` of ``kind`` tensors (``splits``: its split-size arguments).
+    Host tensors of a group whose ranks share this host go over Unix sockets
+    (:mod:`gnnflow.comm.local`; an asynchronous one completes before it returns)."""
     check_placement(kind, "all_to_all_single", [recv, send], group)
+    if send.device.type == "cpu" and recv.device.type == "cpu":
+        mesh = _local_mesh(group)
+        if mesh is not None:
+            mesh.all_to_all(recv, send, splits.get("output_split_sizes"), splits.get("input_split_sizes"))
+            return _Done() if async_op else None
     return dist.all_to_all_single(recv, send, group=group, async_op=async_op, **splits)
 
 

@@ -45,6 +45,7 @@ import numpy as np
 from gnnflow.data.csr import gather_rows  # also imported from here by strategies
 from gnnflow.errors import StoreError
 from gnnflow.io import release_pages  # noqa: F401  (re-exported: partition modules import it from here)
+from gnnflow.partition.local_ids import LocalIds
 from gnnflow.partition.meta import BookMeta, read_book_meta
 
 PART_ARRAYS = ("inner_ids", "halo_ids", "indptr", "indices", "labels", "train_idx", "val_idx", "test_idx")
@@ -139,67 +140,6 @@ class Part:
         if not f.exists():
             raise StoreError(f"{f}: missing; re-run `gnnflow partition` with --halo-hops {k} or more")
         return _load(f)
-
-
-def _positions(ids: np.ndarray, sorted_ids: np.ndarray) -> np.ndarray:
-    """Position of each id in ``sorted_ids`` or -1."""
-    if sorted_ids.shape[0] == 0:
-        return np.full(ids.shape, -1, dtype=np.int64)
-    pos = np.searchsorted(sorted_ids, ids)
-    pos_c = np.minimum(pos, sorted_ids.shape[0] - 1)
-    found = sorted_ids[pos_c] == ids
-    return np.where(found, pos_c, -1).astype(np.int64)
-
-
-def _sorted_lookup(ids: np.ndarray, inner: np.ndarray, halo: np.ndarray) -> np.ndarray:
-    out = _positions(ids, inner)
-    miss = out < 0
-    if miss.any() and halo.shape[0]:
-        h = _positions(ids[miss], halo)
-        out[miss] = np.where(h >= 0, h + inner.shape[0], -1)
-    return out
-
-
-#: a part keeps a dense global-to-local map while the ids it spans are at most this many per
-#: local vertex (4 bytes each: at most 64 bytes per local vertex, so it grows with the part)
-DENSE_IDS_PER_LOCAL = 16
-
-
-class LocalIds:
-    """Global ids -> local ids of one part (``inner`` first, then ``halo``, both sorted); -1 where absent.
-
-    A dense map (int32, one entry per global id up to the part's largest) where it stays within
-    :data:`DENSE_IDS_PER_LOCAL` entries per local vertex, else two ``searchsorted`` calls.  The
-    lookups of a mini-batch (its own sampled seeds, its input rows, its peers' requests) took
-    75-120 ns per id by ``searchsorted`` against under 1 ns by the map (a 30,000-vertex part of
-    the default graph, 40,000 ids), about a tenth of a data-parallel rank's CPU.
-    """
-
-    def __init__(self, inner: np.ndarray, halo: np.ndarray) -> None:
-        self.inner = np.asarray(inner, dtype=np.int64)
-        self.halo = np.asarray(halo, dtype=np.int64)
-        num_local = self.inner.shape[0] + self.halo.shape[0]
-        span = max(int(self.inner.max()) if self.inner.size else -1, int(self.halo.max()) if self.halo.size else -1) + 1
-        self.dense: np.ndarray | None = None
-        if 0 < span <= DENSE_IDS_PER_LOCAL * num_local and num_local < 2**31:
-            dense = np.full(span, -1, dtype=np.int32)
-            dense[self.inner] = np.arange(self.inner.shape[0], dtype=np.int32)
-            dense[self.halo] = np.arange(self.inner.shape[0], num_local, dtype=np.int32)
-            self.dense = dense
-
-    def __call__(self, ids: Any) -> np.ndarray:
-        ids = np.asarray(ids, dtype=np.int64)
-        dense = self.dense
-        if dense is None:
-            return _sorted_lookup(ids, self.inner, self.halo)
-        if ids.size == 0:
-            return np.zeros(ids.shape, dtype=np.int64)
-        if int(ids.min()) >= 0 and int(ids.max()) < dense.shape[0]:
-            return dense[ids].astype(np.int64)
-        out = np.full(ids.shape, -1, dtype=np.int64)
-        inside = (ids >= 0) & (ids < dense.shape[0])
-        out[inside] = dense[ids[inside]]
-        return out
 
 
 class PartitionBook:
