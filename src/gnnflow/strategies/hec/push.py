@@ -33,7 +33,8 @@ the caches (:meth:`EmbeddingPush.state_dict`, what a checkpoint holds).
 
 Transport: one blocking exchange of the per-peer row counts (P int64, needed
 to size the receive buffer) and one ``all_to_all_single(..., async_op=True)``
-of the rows (works on gloo and NCCL).  Each row is the embedding followed by
+of the rows (works on gloo and NCCL; between ranks of one host the host rows go over Unix sockets
+and the exchange completes as it starts, :mod:`gnnflow.comm.local`).  Each row is the embedding followed by
 the int64 tag reinterpreted as embedding-dtype columns, so tags and data move
 in one message.
 """
