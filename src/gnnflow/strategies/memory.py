@@ -12,7 +12,8 @@ the feature dimension, ``H`` the hidden width, ``L`` layers, ``P`` ranks):
 * **shard** (mini-batch strategies, HEC, full-batch, DGCL): the part's files.
   Features are memory-mapped, but an epoch reads rows at random and
   evaluation reads all of them, so the whole shard counts as resident;
-  the local CSR, id maps and labels are read into memory;
+  the local CSR, id maps and labels are read into memory, and the global-to-local id map
+  (``4 N`` where it is dense: :mod:`gnnflow.partition.local_ids`);
 * **whole-graph vectors** a rank holds: ``node_part`` (4 N), the full-batch
   row partition (20 N), split's int64 owner map and training ids, P3's
   feature columns of every vertex (``4 N F / P``; P3 reads them from the whole
@@ -95,6 +96,7 @@ if TYPE_CHECKING:
     from gnnflow.partition.meta import BookMeta
 
 from gnnflow.config import HEADED_MODELS, RELATIONAL_MODELS, fanout_total
+from gnnflow.partition.local_ids import DENSE_IDS_PER_LOCAL
 from gnnflow.strategies.metrics import CHUNK_BYTES as METRIC_CHUNK
 
 MIB = 1 << 20
@@ -339,6 +341,8 @@ def shard_bytes(p: PartSizes, sizes: GraphSizes, features: bool = True) -> dict[
     """A part as the book stores it and ``load_part`` reads it."""
     structure = (p.edges * sizes.idx_bytes + (p.inner + 1) * 8 + 8 * (p.inner + p.halo)  # CSR, inner/halo ids
                  + 8 * p.inner + 8 * (p.inner + p.halo))  # labels, local_to_global
+    if sizes.num_nodes <= DENSE_IDS_PER_LOCAL * (p.inner + p.halo):  # the dense global-to-local map
+        structure += 4 * sizes.num_nodes
     out = {"shard_structure": int(structure)}
     if features:
         out["shard_features"] = int(4 * p.inner * sizes.feature_dim)
