@@ -149,3 +149,27 @@ def test_ranks_on_other_hosts_keep_gloo(monkeypatch):
 
     monkeypatch.setattr(local, "host_key", lambda: (1, 2))
     assert local.connect_mesh(0, 2, gather, 5.0) is None
+
+
+def _bad_splits(ctx):
+    t = torch.zeros(3, dtype=torch.int64)
+    all_to_all_single(torch.empty_like(t), t, "host", output_split_sizes=[1, 2], input_split_sizes=[1, 3])
+
+
+def test_split_sizes_that_do_not_cover_the_tensor_are_refused():
+    with pytest.raises(DistributedError, match=r"input split sizes \[1, 3\] for 3 rows"):
+        run_ranks(_bad_splits, 2, timeout_s=60)
+
+
+def _mixed_switch(ctx):
+    if ctx.rank == 1:
+        os.environ[local.ENV] = "0"
+    t = torch.arange(4, dtype=torch.int64) + 10 * ctx.rank
+    recv = torch.empty_like(t)
+    all_to_all_single(recv, t, "host")
+    return recv.tolist(), collectives._meshes.get(torch.distributed.group.WORLD) is not None
+
+
+def test_ranks_that_disagree_on_the_switch_fall_back_to_gloo_together():
+    got = run_ranks(_mixed_switch, 2, timeout_s=60)
+    assert got == [([0, 1, 10, 11], False), ([2, 3, 12, 13], False)]

@@ -368,7 +368,8 @@ def predict_hec(cal: Calibration, st: Setting, works: list[RankWork]) -> Predict
         if cfg.options.cache_lines != 0:
             nbytes = 4.0 * (w.count("push_floats") + w.count("push_floats_sent")) + 2 * ID_BYTES * w.count("push_rows")
             # the push is started and waited for d iterations later (start_alltoallv): its CPU
-            # counts, its latency is not the training thread's
+            # counts, its latency is not the training thread's (between ranks of one host it
+            # completes as it starts, gnnflow.comm.local, in microseconds: not counted either)
             r.exchange("comm", 3 * len(layers) * it, nbytes, waits=False)
         r.allreduce(it, params)
         r.step(it, params)

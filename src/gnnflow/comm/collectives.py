@@ -150,8 +150,6 @@ def _local_mesh(group: Any) -> Any:
     from gnnflow.comm import local
     from gnnflow.runtime.group import dist_timeout_s
 
-    if not local.enabled():
-        return None
     g = group if group is not None else dist.group.WORLD
     if g in _meshes:
         return _meshes[g]

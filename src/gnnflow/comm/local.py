@@ -78,7 +78,9 @@ class LocalMesh:
 
     def __init__(self, rank: int, size: int, socks: dict[int, socket.socket], timeout_s: float) -> None:
         self.rank, self.size, self.socks, self.timeout_s = rank, size, socks, timeout_s
-        self._lock = threading.Lock()  # one exchange at a time per group (a second thread waits)
+        # a group is used by one thread at a time (the pipeline gives each stage its own group), as
+        # gloo needs for the same order on every rank; the lock only keeps a misuse from interleaving bytes
+        self._lock = threading.Lock()
 
     def close(self) -> None:
         for s in self.socks.values():
@@ -90,12 +92,12 @@ class LocalMesh:
         of dimension 0; None: equal splits)."""
         if not (send.is_contiguous() and recv.is_contiguous()):
             raise DistributedError("all_to_all_single: the local transport needs contiguous tensors")
+        if send.dtype != recv.dtype:
+            raise DistributedError(f"all_to_all_single: send is {send.dtype}, recv {recv.dtype}")
         row_out = math.prod(send.shape[1:]) * send.element_size()
         row_in = math.prod(recv.shape[1:]) * recv.element_size()
-        send_rows = list(input_split_sizes) if input_split_sizes else [send.shape[0] // self.size] * self.size
-        recv_rows = list(output_split_sizes) if output_split_sizes else [recv.shape[0] // self.size] * self.size
-        if len(send_rows) != self.size or len(recv_rows) != self.size:
-            raise DistributedError(f"all_to_all_single: split sizes for {self.size} ranks expected")
+        send_rows = self._splits(input_split_sizes, send, "input")
+        recv_rows = self._splits(output_split_sizes, recv, "output")
         out, inn = _bytes(send), _bytes(recv)
         so, ro = [0], [0]
         for a, b in zip(send_rows, recv_rows, strict=True):
@@ -110,6 +112,18 @@ class LocalMesh:
         recvs = {p: [bytearray(_HEADER.size), 0, inn[ro[p]:ro[p + 1]], 0] for p in range(self.size) if p != me}
         with self._lock:
             self._exchange(sends, recvs)
+
+    def _splits(self, sizes: list[int] | None, t: torch.Tensor, which: str) -> list[int]:
+        """Rows per rank of ``t`` (``sizes``, or an equal split), checked as gloo checks them."""
+        n = int(t.shape[0]) if t.dim() else 1
+        if not sizes:
+            if n % self.size:
+                raise DistributedError(f"all_to_all_single: {n} rows do not split evenly over {self.size} ranks")
+            return [n // self.size] * self.size
+        rows = [int(x) for x in sizes]
+        if len(rows) != self.size or sum(rows) != n or min(rows) < 0:
+            raise DistributedError(f"all_to_all_single: {which} split sizes {rows} for {n} rows and {self.size} ranks")
+        return rows
 
     def _exchange(self, sends: dict[int, list[Any]], recvs: dict[int, list[Any]]) -> None:
         """Send each peer its header then payload, receive each peer's header (checked) then
@@ -183,22 +197,45 @@ class LocalMesh:
                 st[3] += n
 
 
+#: seconds a connection has to name its rank and token while a mesh is made (a rank sends them
+#: right after it connects; a silent connection is dropped, not waited for)
+HELLO_S = 30.0
+
+
+def _hello(s: socket.socket, hello: struct.Struct, timeout_s: float) -> tuple[int, int]:
+    """(rank, token) a new connection sends first; (-1, -1) when it sends less in ``timeout_s``."""
+    s.settimeout(timeout_s)
+    data = b""
+    try:
+        while len(data) < hello.size:
+            chunk = s.recv(hello.size - len(data))
+            if not chunk:
+                break
+            data += chunk
+    except OSError:
+        return -1, -1
+    return hello.unpack(data) if len(data) == hello.size else (-1, -1)
+
+
 def connect_mesh(rank: int, size: int, gather: Callable[[torch.Tensor], torch.Tensor],
                  timeout_s: float) -> LocalMesh | None:
     """A :class:`LocalMesh` of a group's ``size`` ranks (collective), or None where they are not
-    all on this host and namespace.  ``gather(t)``: the group's all-gather of an int64 tensor
-    (``[size, len(t)]``)."""
+    all on this host and namespace or any of them has the transport off (:func:`enabled`: every
+    rank takes part in the gather either way, so ranks that disagree fall back together).
+    ``gather(t)``: the group's all-gather of an int64 tensor (``[size, len(t)]``)."""
     key = host_key()
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     serial = next(_names)
     token = secrets.randbits(62)
     name = f"\0gnnflow-a2a-{os.getpid()}-{serial}"
-    try:
-        listener.bind(name)
-        listener.listen(size)
-        bound = 1
-    except OSError:
-        bound = 0
+    bound = 0
+    if enabled():
+        try:
+            listener.bind(name)
+            listener.listen(max(size, 16))
+            bound = 1
+        except OSError:
+            pass
     mine = torch.tensor([key[0], key[1], os.getpid(), serial, token, bound], dtype=torch.int64)
     table = gather(mine).tolist()
     if any(row[:2] != table[0][:2] or row[0] < 0 or not row[5] for row in table):
@@ -213,19 +250,13 @@ def connect_mesh(rank: int, size: int, gather: Callable[[torch.Tensor], torch.Te
             s.connect(f"\0gnnflow-a2a-{table[p][2]}-{table[p][3]}")
             s.sendall(hello.pack(rank, table[p][4]))
             socks[p] = s
-        listener.settimeout(timeout_s)
+        deadline = time.monotonic() + timeout_s
         while len(socks) < size - 1:  # accept the ranks below, each proving it is one
+            listener.settimeout(max(0.001, deadline - time.monotonic()))
             s, _ = listener.accept()
-            s.settimeout(timeout_s)
-            data = b""
-            while len(data) < hello.size:
-                chunk = s.recv(hello.size - len(data))
-                if not chunk:
-                    break
-                data += chunk
-            peer, their_token = hello.unpack(data) if len(data) == hello.size else (-1, -1)
+            peer, their_token = _hello(s, hello, min(HELLO_S, max(0.001, deadline - time.monotonic())))
             if their_token != token or not 0 <= peer < rank or peer in socks:
-                s.close()  # not a rank of this group
+                s.close()  # not a rank of this group (or silent): the next connection
                 continue
             socks[peer] = s
     except OSError as e:

@@ -152,6 +152,8 @@ def sample_positions_c(starts: np.ndarray, deg: np.ndarray, k: int, vertex_ids: 
     starts = np.ascontiguousarray(starts, dtype=np.int64)
     deg = np.ascontiguousarray(deg, dtype=np.int64)
     ids = np.ascontiguousarray(vertex_ids, dtype=np.int64)
+    if not starts.shape == deg.shape == ids.shape:
+        raise ValueError(f"sample_positions_c: {starts.shape} starts, {deg.shape} degrees, {ids.shape} ids")
     eid = np.empty(int(np.minimum(deg, k).sum()), dtype=np.int64)
     fn(deg.shape[0], k, starts.ctypes.data, deg.ctypes.data, ids.ctypes.data,
                             ctypes.c_uint64(int(layer_key)), eid.ctypes.data)
