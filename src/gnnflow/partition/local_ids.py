@@ -31,6 +31,13 @@ def _sorted_lookup(ids: np.ndarray, inner: np.ndarray, halo: np.ndarray) -> np.n
 DENSE_IDS_PER_LOCAL = 16
 
 
+
+def dense_map_bytes(num_nodes: int, num_local: int) -> int:
+    """Bytes of a part's dense map in a graph of ``num_nodes`` vertices (its span at most), 0 where
+    :class:`LocalIds` would search instead (the memory preflight's term)."""
+    return 4 * num_nodes if num_nodes <= DENSE_IDS_PER_LOCAL * num_local else 0
+
+
 class LocalIds:
     """Global ids -> local ids of one part (``inner`` first, then ``halo``, both sorted); -1 where absent.
 

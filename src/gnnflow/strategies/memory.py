@@ -12,8 +12,7 @@ the feature dimension, ``H`` the hidden width, ``L`` layers, ``P`` ranks):
 * **shard** (mini-batch strategies, HEC, full-batch, DGCL): the part's files.
   Features are memory-mapped, but an epoch reads rows at random and
   evaluation reads all of them, so the whole shard counts as resident;
-  the local CSR, id maps and labels are read into memory, and the global-to-local id map
-  (``4 N`` where it is dense: :mod:`gnnflow.partition.local_ids`);
+  the local CSR, id maps (``4 N`` more for a dense global-to-local one) and labels are read into memory;
 * **whole-graph vectors** a rank holds: ``node_part`` (4 N), the full-batch
   row partition (20 N), split's int64 owner map and training ids, P3's
   feature columns of every vertex (``4 N F / P``; P3 reads them from the whole
@@ -72,16 +71,14 @@ the feature dimension, ``H`` the hidden width, ``L`` layers, ``P`` ranks):
   pulled rows), and its part of the two hidden DistTensors in use (the layer
   read and the layer written, ``4 (N / P) d`` each; the server holds them too).
 
-The expected distinct vertices of a sampled layer: ``n_src = min(N, max(n_dst,
-a N (1 - exp(-n_dst (1 + f) / (a N)))))`` with ``f = min(fanout, M / N)``:
-the destinations and their draws at random from a pool of ``a N`` vertices
-(``a = DISTINCT_POOL``: neighbours are drawn in proportion to degree, so on
-skewed graphs draws repeat more than uniform ones would).
+The expected distinct vertices of a sampled layer: ``n_src = min(N, max(n_dst, a N (1 - exp(-n_dst
+(1 + f) / (a N)))))`` with ``f = min(fanout, M / N)``: the destinations and their draws at random
+from a pool of ``a N`` vertices (``a = DISTINCT_POOL``: neighbours are drawn in proportion to
+degree, so on skewed graphs draws repeat more than uniform ones would).
 
-Constants were fitted on 2-rank runs of a 300k-vertex synthetic graph and
-checked against the products-shaped runs (docs/runtime.md "Memory preflight");
-``predicted vs measured`` is reported by ``gnnflow bench scale``.  The figure
-is an epoch's steady state: an epoch of a few iterations peaks lower.
+Constants were fitted on 2-rank runs of a 300k-vertex synthetic graph and checked against the
+products-shaped runs (docs/runtime.md "Memory preflight"); ``predicted vs measured`` is reported
+by ``gnnflow bench scale``.  The figure is an epoch's steady state: an epoch of a few iterations peaks lower.
 """
 
 from __future__ import annotations
@@ -96,7 +93,7 @@ if TYPE_CHECKING:
     from gnnflow.partition.meta import BookMeta
 
 from gnnflow.config import HEADED_MODELS, RELATIONAL_MODELS, fanout_total
-from gnnflow.partition.local_ids import DENSE_IDS_PER_LOCAL
+from gnnflow.partition.local_ids import dense_map_bytes
 from gnnflow.strategies.metrics import CHUNK_BYTES as METRIC_CHUNK
 
 MIB = 1 << 20
@@ -339,10 +336,9 @@ def activation_bytes(levels: list[float], dims: list[tuple[int, int]], model: st
 
 def shard_bytes(p: PartSizes, sizes: GraphSizes, features: bool = True) -> dict[str, int]:
     """A part as the book stores it and ``load_part`` reads it."""
-    structure = (p.edges * sizes.idx_bytes + (p.inner + 1) * 8 + 8 * (p.inner + p.halo)  # CSR, inner/halo ids
-                 + 8 * p.inner + 8 * (p.inner + p.halo))  # labels, local_to_global
-    if sizes.num_nodes <= DENSE_IDS_PER_LOCAL * (p.inner + p.halo):  # the dense global-to-local map
-        structure += 4 * sizes.num_nodes
+    local = p.inner + p.halo  # CSR, inner/halo ids; labels, local_to_global, the global-to-local map
+    structure = (p.edges * sizes.idx_bytes + (p.inner + 1) * 8 + 8 * local
+                 + 8 * p.inner + 8 * local + dense_map_bytes(sizes.num_nodes, local))
     out = {"shard_structure": int(structure)}
     if features:
         out["shard_features"] = int(4 * p.inner * sizes.feature_dim)
