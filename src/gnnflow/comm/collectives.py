@@ -109,12 +109,19 @@ def all_reduce_sum(t: torch.Tensor, kind: str, group: Any = None) -> None:
         all_reduce(t, kind, group=group)
         return
     flat = t.view(-1)
-    copies = torch.empty(size * n, dtype=t.dtype, device=t.device)
-    all_to_all_single(copies, flat.repeat(size), kind, group)
-    parts = copies.view(size, n)
+    parts = _every_rank(flat, kind, group)
     flat.copy_(parts[0])
     for p in range(1, size):  # rank order on every rank: the same sum everywhere
         flat.add_(parts[p])
+
+
+def _every_rank(flat: torch.Tensor, kind: str, group: Any = None) -> torch.Tensor:
+    """``[P, n]``: every rank's 1-D ``flat`` (n elements), row q from rank q, by one all-to-all of
+    ``flat`` to every peer (an all-gather that takes the all-to-all's path)."""
+    size = world(group)[1]
+    rows = torch.empty(size * flat.numel(), dtype=flat.dtype, device=flat.device)
+    all_to_all_single(rows, flat.repeat(size), kind, group)
+    return rows.view(size, -1)
 
 
 def all_gather(out: list[torch.Tensor], t: torch.Tensor, kind: str, group: Any = None) -> None:
@@ -238,9 +245,7 @@ def count_matrix(counts: list[int] | torch.Tensor, group: Any = None) -> np.ndar
     send = torch.as_tensor(counts, dtype=torch.int64).reshape(size)
     if size == 1:
         return send.numpy().reshape(1, 1).copy()
-    rows = torch.empty(size * size, dtype=torch.int64)
-    all_to_all_single(rows, send.repeat(size), HOST, group)
-    return rows.view(size, size).numpy()
+    return _every_rank(send, HOST, group).numpy()
 
 
 def alltoall_slots(

@@ -31,11 +31,11 @@ def _sorted_lookup(ids: np.ndarray, inner: np.ndarray, halo: np.ndarray) -> np.n
 DENSE_IDS_PER_LOCAL = 16
 
 
-
-def dense_map_bytes(num_nodes: int, num_local: int) -> int:
-    """Bytes of a part's dense map in a graph of ``num_nodes`` vertices (its span at most), 0 where
-    :class:`LocalIds` would search instead (the memory preflight's term)."""
-    return 4 * num_nodes if num_nodes <= DENSE_IDS_PER_LOCAL * num_local else 0
+def dense_map_bytes(span: int, num_local: int) -> int:
+    """Bytes of the dense map of a part of ``num_local`` vertices whose ids lie below ``span``
+    (the memory preflight passes the graph's vertex count), 0 where :class:`LocalIds` searches
+    instead."""
+    return 4 * span if 0 < span <= DENSE_IDS_PER_LOCAL * num_local and num_local < 2**31 else 0
 
 
 class LocalIds:
@@ -54,7 +54,7 @@ class LocalIds:
         num_local = self.inner.shape[0] + self.halo.shape[0]
         span = max(int(self.inner.max()) if self.inner.size else -1, int(self.halo.max()) if self.halo.size else -1) + 1
         self.dense: np.ndarray | None = None
-        if 0 < span <= DENSE_IDS_PER_LOCAL * num_local and num_local < 2**31:
+        if dense_map_bytes(span, num_local):
             dense = np.full(span, -1, dtype=np.int32)
             dense[self.inner] = np.arange(self.inner.shape[0], dtype=np.int32)
             dense[self.halo] = np.arange(self.inner.shape[0], num_local, dtype=np.int32)

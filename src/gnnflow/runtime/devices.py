@@ -190,7 +190,7 @@ def check_placement(kind: str, op: str, tensors: Iterable[torch.Tensor], group: 
 
 
 # the thin wrappers of gnnflow.comm.collectives, whose tensors' kind their caller chooses
-_WRAPPERS = {"all_reduce", "all_reduce_sum", "all_gather", "broadcast", "all_to_all_single", "exchange_point_to_point",
+_WRAPPERS = {"all_reduce", "all_reduce_sum", "_every_rank", "all_gather", "broadcast", "all_to_all_single", "exchange_point_to_point",
              "alltoallv", "start_alltoallv", "alltoall_slots", "count_matrix", "all_to_all_rows",
              "AllToAllRows.forward"}
 

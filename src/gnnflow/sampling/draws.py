@@ -142,10 +142,11 @@ def _c_floyd() -> Any:
 
 
 def sample_positions_c(starts: np.ndarray, deg: np.ndarray, k: int, vertex_ids: np.ndarray,
-                       layer_key: int) -> np.ndarray | None:
-    """One hop's sampled edge positions by the compiled kernel (``gf_sample_positions``): each row
-    all of its ``deg`` edges from ``starts``, or (``deg > k``) Floyd's sorted choice of ``k`` from
-    its :meth:`DrawKey.row_hashes` word; None where the kernel is not built."""
+                       layer_key: int, edges: int) -> np.ndarray | None:
+    """One hop's ``edges`` (the sum of ``min(deg, k)``) sampled edge positions by the compiled
+    kernel (``gf_sample_positions``): each row all of its ``deg`` edges from ``starts``, or
+    (``deg > k``) Floyd's sorted choice of ``k`` from its :meth:`DrawKey.row_hashes` word; None
+    where the kernel is not built."""
     fn = _c_kernel("gf_sample_positions")
     if fn is None or k < 0:
         return None
@@ -154,9 +155,9 @@ def sample_positions_c(starts: np.ndarray, deg: np.ndarray, k: int, vertex_ids: 
     ids = np.ascontiguousarray(vertex_ids, dtype=np.int64)
     if not starts.shape == deg.shape == ids.shape:
         raise ValueError(f"sample_positions_c: {starts.shape} starts, {deg.shape} degrees, {ids.shape} ids")
-    eid = np.empty(int(np.minimum(deg, k).sum()), dtype=np.int64)
-    fn(deg.shape[0], k, starts.ctypes.data, deg.ctypes.data, ids.ctypes.data,
-                            ctypes.c_uint64(int(layer_key)), eid.ctypes.data)
+    eid = np.empty(int(edges), dtype=np.int64)
+    fn(deg.shape[0], k, starts.ctypes.data, deg.ctypes.data, ids.ctypes.data, ctypes.c_uint64(int(layer_key)),
+       eid.ctypes.data)
     return eid
 
 

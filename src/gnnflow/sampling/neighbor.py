@@ -67,7 +67,7 @@ def sample_edge_positions(
     if fanout < 0:
         return ragged_arange(starts, deg), deg
     counts = np.minimum(deg, fanout)
-    eid = sample_positions_c(starts, deg, int(fanout), vertex_ids, key.layer(layer))
+    eid = sample_positions_c(starts, deg, int(fanout), vertex_ids, key.layer(layer), int(counts.sum()))
     if eid is not None:  # the compiled form of the lines below (the same positions)
         return eid, counts
     eid = ragged_arange(starts, counts)
