@@ -13,7 +13,8 @@ adds to a rate (``rank_<stage>``) too:
 * ``gather`` — rows of a memory-mapped ``float32`` feature file gathered as the feature store does
   (``np.take`` into a buffer): ``call + row x rows + byte x bytes``; ``scatter``: placing rows
   into a batch (:func:`~gnnflow.strategies.minibatch.feature_store.scatter_rows`) per byte; ``store_*`` and ``index_*``: the same fit of the load
-  stages' own row paths (:meth:`FeatureStore.fetch`; a fancy-indexed read of the memory map);
+  stages' own row paths (:meth:`FeatureStore.fetch`; ``gather_rows`` of the memory map), each
+  timed call reading other rows than the last;
 * ``layers`` — per model (sage, gcn, gat) forward and backward of the real model
   (:func:`gnnflow.nn.build_model_from_config`) with cross-entropy, on sampled blocks of many sizes
   and widths, fitted (non-negative least squares) on the work terms of
@@ -42,6 +43,7 @@ The file is small JSON; :func:`read_calibration` checks it and names what is wro
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import math
@@ -65,6 +67,9 @@ MODELS = ("sage", "gcn", "gat")
 #: fields of earlier calibration files that nothing reads now (dropped when a file is read):
 #: ``op``, seconds of one small torch operation
 RETIRED = ("op",)
+#: draws (rows, targets) a timed gather or sampling hop cycles through (one per call of
+#: :func:`cpu_time`'s warm-up and repeats)
+GATHER_DRAWS = 6
 
 
 @dataclass
@@ -237,17 +242,17 @@ def calibrate_sampler(indptr: np.ndarray, indices: np.ndarray) -> dict[str, floa
     rows, ys = [], []
     for batch in (64, 256, 1024, 4096):
         for fanout in (3, 10, 25):
-            targets = rng.choice(n, size=batch, replace=False)
+            draws = [rng.choice(n, size=batch, replace=False) for _ in range(GATHER_DRAWS)]
             s = NeighborSampler(indptr, indices, [fanout], seed=0)
-            blocks: list[Any] = []
+            edges: list[int] = []
 
-            def hop(s: Any = s, targets: np.ndarray = targets, blocks: list[Any] = blocks) -> None:
-                blocks[:] = s.sample_blocks(targets)
+            def hop(targets: np.ndarray, s: Any = s, edges: list[int] = edges) -> None:
+                edges.append(s.sample_blocks(targets)[0].num_edges)
 
-            t = cpu_time(hop)
-            b = blocks[0]
-            bitmap = n <= 64 * max(1, b.num_edges)
-            rows.append([1.0, b.num_dst, b.num_edges])
+            t = cpu_time(_cycling(draws, hop))  # other targets each call: their lists not in the caches
+            num_edges = float(np.mean(edges))
+            bitmap = n <= 64 * max(1.0, num_edges)
+            rows.append([1.0, batch, num_edges])
             ys.append(max(1e-7, t - (scan * n if bitmap else 0.0)))
     x, y = np.array(rows), np.array(ys)
     coef = nnls(x, y)
@@ -255,15 +260,22 @@ def calibrate_sampler(indptr: np.ndarray, indices: np.ndarray) -> dict[str, floa
             "fit_error": float(np.median(relative_errors(x, y, coef)))}
 
 
+def _cycling(draws: list[Any], fn: Callable[[Any], Any]) -> Callable[[], Any]:
+    """``fn`` of the next of ``draws`` at each call: a timed gather or hop reads other rows each
+    time, as a training step's does (rows read again at once are in the caches: up to 3x faster)."""
+    it = itertools.cycle(draws)
+    return lambda: fn(next(it))
+
+
 def _row_paths(table: np.ndarray, rng: np.random.Generator, count: int) -> tuple[float, float]:
     """CPU seconds of ``count`` random rows read by the two paths the strategies' load stages run:
     :meth:`FeatureStore.fetch` of one rank whose part owns a random half of the vertices (owner
-    lookup, global-to-local map, gather), and a fancy-indexed read of the memory map
-    in batch order (``features[ids]``: single, split, P3, HEC)."""
+    lookup, global-to-local map, gather), and :func:`gather_rows` of the memory map at positions
+    in batch order (single, split, P3, HEC)."""
     import types
 
     from gnnflow.partition.local_ids import LocalIds
-    from gnnflow.strategies.minibatch.feature_store import FeatureStore
+    from gnnflow.strategies.minibatch.feature_store import FeatureStore, gather_rows
 
     n = table.shape[0]
     inner = np.sort(rng.choice(2 * n, size=n, replace=False))
@@ -271,10 +283,10 @@ def _row_paths(table: np.ndarray, rng: np.random.Generator, count: int) -> tuple
     part = types.SimpleNamespace(part_id=0, num_inner=n, features=table,
                                  global_to_local=LocalIds(inner, halo))
     store = FeatureStore(part, np.zeros(2 * n, dtype=np.int8))
-    ids = torch.from_numpy(rng.choice(inner, size=count, replace=False))
-    pos = rng.choice(n, size=count, replace=False)
-    fetch = cpu_time(lambda: store.fetch(ids), 5)
-    index = cpu_time(lambda: torch.from_numpy(np.asarray(table[pos], dtype=np.float32)), 5)
+    ids = [torch.from_numpy(rng.choice(inner, size=count, replace=False)) for _ in range(GATHER_DRAWS)]
+    pos = [rng.choice(n, size=count, replace=False) for _ in range(GATHER_DRAWS)]
+    fetch = cpu_time(_cycling(ids, store.fetch), 5)
+    index = cpu_time(_cycling(pos, lambda p: gather_rows(table, p)), 5)
     return fetch, index
 
 
@@ -294,9 +306,10 @@ def calibrate_gather() -> dict[str, float]:
             table = np.load(path, mmap_mode="r")
             np.asarray(table).sum()  # resident, as a shard is after its first epoch
             for count in (256, 4096, 32768):
-                pos = np.sort(rng.choice(n, size=count, replace=False))
+                pos = [np.sort(rng.choice(n, size=count, replace=False)) for _ in range(GATHER_DRAWS)]
                 out = np.empty((count, dim), dtype=np.float32)
-                t = cpu_time(lambda pos=pos, out=out, table=table: np.take(table, pos, axis=0, out=out, mode="clip"))
+                t = cpu_time(_cycling(pos, lambda p, out=out, table=table: np.take(table, p, axis=0, out=out,
+                                                                                   mode="clip")))
                 rows_x.append([1.0, count, 4.0 * count * dim])
                 ys.append(max(t, 1e-7))
                 fetch, index = _row_paths(table, rng, count)
@@ -502,7 +515,9 @@ def calibrate(workers: list[int], device: str = "cpu", models: tuple[str, ...] =
     """Measure this machine (a minute or two on a quiet 2-core host; the strategy factors are
     :func:`gnnflow.advise.strategy_probe.probe_into`'s, two to four minutes more per rank count)."""
     from gnnflow.advise.collectives import calibrate_collectives
+    from gnnflow.runtime.processes import tune_allocator
 
+    tune_allocator()  # buffers mapped afresh from the size on where a rank's are (its gathers' page faults)
     cal = Calibration(created=time.strftime("%Y-%m-%d %H:%M:%S %Z"), machine=machine(), device=device)
     before = torch.get_num_threads()
     torch.set_num_threads(1)

@@ -88,6 +88,7 @@ from gnnflow.strategies.embedding import LocalRows, NodeEmbeddings, RowExchange
 from gnnflow.strategies.hec.cache import EmbeddingCache
 from gnnflow.strategies.hec.push import EmbeddingPush, build_db_halo, exchange_halo_ids
 from gnnflow.strategies.memory import RunSizes, activation_bytes, hec_cache_lines, pipeline_bytes
+from gnnflow.strategies.minibatch.feature_store import gather_rows
 from gnnflow.strategies.minibatch.options import MiniBatchOptions
 from gnnflow.strategies.minibatch.pipeline import MiniBatch
 from gnnflow.strategies.minibatch.relational import RelationalMiniBatch
@@ -337,10 +338,7 @@ class HistoricalEmbeddingCache(RelationalMiniBatch):
             mb.inputs = self.typed_inputs().local(self.part.local_to_global[rows])  # type: ignore[assignment]
             mb.counters["features_loaded"] = float(rows.shape[0])
             return mb
-        order = np.argsort(rows, kind="stable")
-        feats = np.empty((rows.shape[0], self.in_dim), dtype=np.float32)
-        feats[order] = np.asarray(self.features[rows[order]], dtype=np.float32)
-        mb.inputs = torch.from_numpy(feats)
+        mb.inputs = gather_rows(self.features, rows)
         mb.counters["features_loaded"] = float(rows.shape[0])
         self.attach_degrees(mb)
         return mb
