@@ -100,6 +100,31 @@ def test_gcn_uses_global_degrees_when_given():
     assert not torch.allclose(local, glob)
 
 
+@pytest.mark.parametrize("uses", ["both", "mean", "own"])
+def test_mean_and_own_equals_the_two_separate_uses_exactly(uses):
+    """One autograd node for a SAGE-mean layer's two uses of its input: the same values and the
+    same input gradient, bit for bit, as ``spmm_mean`` and the slice (whichever of the two the
+    loss uses)."""
+    from gnnflow.nn.ops import mean_and_own, spmm_mean
+
+    block = _sampled_block()
+    torch.manual_seed(3)
+    x = torch.randn(block.num_src, 6)
+    w_mean, w_own = torch.randn(block.num_dst, 6), torch.randn(block.num_dst, 6)
+    grads, values = [], []
+    for fused in (True, False):
+        xi = x.clone().requires_grad_()
+        mean, own = mean_and_own(block, xi) if fused else (spmm_mean(block, xi), xi[: block.num_dst])
+        loss = {"both": (mean * w_mean).sum() + (own * w_own).sum(), "mean": (mean * w_mean).sum(),
+                "own": (own * w_own).sum()}[uses]
+        loss.backward()
+        grads.append(xi.grad)
+        values.append((mean.detach(), own.detach()))
+    assert torch.equal(values[0][0], values[1][0]) and torch.equal(values[0][1], values[1][1])
+    assert torch.equal(grads[0], grads[1])
+    assert grads[0][block.num_dst:].abs().sum() > 0 or uses == "own"
+
+
 def test_edge_softmax_sums_to_one_per_destination():
     block = _sampled_block()
     logits = torch.randn(block.num_edges, 2) * 10

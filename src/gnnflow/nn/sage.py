@@ -7,7 +7,7 @@ from torch import nn
 
 from gnnflow.config import AGGREGATORS
 from gnnflow.errors import ConfigError
-from gnnflow.nn.ops import spmm_mean, spmm_sum
+from gnnflow.nn.ops import mean_and_own, spmm_mean, spmm_sum
 from gnnflow.sampling.block import Block
 
 
@@ -72,9 +72,14 @@ class SAGEConv(nn.Module):
         if self.aggregator == "mean":
             if project_first:
                 h_neigh = spmm_mean(block, h_src if projected else self.fc_neigh(h_src))
+            elif h_dst is None:  # both uses of h_src in one autograd node (gnnflow.nn.ops.mean_and_own)
+                agg, h_dst = mean_and_own(block, h_src)
+                h_neigh = self.fc_neigh(agg)
             else:
                 h_neigh = self.fc_neigh(spmm_mean(block, h_src))
-            return self.fc_self(h_src[: block.num_dst] if h_dst is None else h_dst) + h_neigh
+            # the self projection's output takes the neighbour term in place (no autograd node
+            # keeps it): one destination-sized tensor and one pass over it less per layer
+            return self.fc_self(h_src[: block.num_dst] if h_dst is None else h_dst).add_(h_neigh)
         h = h_src if projected or not project_first else self.fc_neigh(h_src)
         deg = block.in_degrees().to(h.dtype).unsqueeze(1) + 1.0
         h_neigh = (spmm_sum(block, h) + h[: block.num_dst]) / deg
