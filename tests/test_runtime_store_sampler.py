@@ -272,7 +272,7 @@ def test_scatter_rows_places_every_row_as_index_copy_does(shape, threads):
     """The feature store's row scatter equals ``index_copy_`` for float rows of any width: a run
     of positions (a slice copy), scattered positions with one torch thread (numpy's void rows) and
     with two (``index_copy_``), and a strided source (the fallback)."""
-    from gnnflow.strategies.minibatch.feature_store import scatter_rows
+    from gnnflow.strategies.rows import scatter_rows
 
     before = torch.get_num_threads()
     torch.set_num_threads(threads)

@@ -12,8 +12,8 @@ adds to a rate (``rank_<stage>``) too:
   the bitmap is used, :class:`gnnflow.sampling.neighbor.Relabeler`);
 * ``gather`` — rows of a memory-mapped ``float32`` feature file gathered as the feature store does
   (``np.take`` into a buffer): ``call + row x rows + byte x bytes``; ``scatter``: placing rows
-  into a batch (:func:`~gnnflow.strategies.minibatch.feature_store.scatter_rows`) per byte; ``store_*`` and ``index_*``: the same fit of the load
-  stages' own row paths (:meth:`FeatureStore.fetch`; ``gather_rows`` of the memory map), each
+  into a batch (:func:`~gnnflow.strategies.rows.scatter_rows`) per byte; ``store_*`` and ``index_*``: the same fit of the load
+  stages' own row paths (:meth:`FeatureStore.fetch`; ``take_rows`` of the memory map), each
   timed call reading other rows than the last;
 * ``layers`` — per model (sage, gcn, gat) forward and backward of the real model
   (:func:`gnnflow.nn.build_model_from_config`) with cross-entropy, on sampled blocks of many sizes
@@ -270,12 +270,13 @@ def _cycling(draws: list[Any], fn: Callable[[Any], Any]) -> Callable[[], Any]:
 def _row_paths(table: np.ndarray, rng: np.random.Generator, count: int) -> tuple[float, float]:
     """CPU seconds of ``count`` random rows read by the two paths the strategies' load stages run:
     :meth:`FeatureStore.fetch` of one rank whose part owns a random half of the vertices (owner
-    lookup, global-to-local map, gather), and :func:`gather_rows` of the memory map at positions
+    lookup, global-to-local map, gather), and :func:`take_rows` of the memory map at positions
     in batch order (single, split, P3, HEC)."""
     import types
 
     from gnnflow.partition.local_ids import LocalIds
-    from gnnflow.strategies.minibatch.feature_store import FeatureStore, gather_rows
+    from gnnflow.strategies.minibatch.feature_store import FeatureStore
+    from gnnflow.strategies.rows import take_rows
 
     n = table.shape[0]
     inner = np.sort(rng.choice(2 * n, size=n, replace=False))
@@ -286,7 +287,7 @@ def _row_paths(table: np.ndarray, rng: np.random.Generator, count: int) -> tuple
     ids = [torch.from_numpy(rng.choice(inner, size=count, replace=False)) for _ in range(GATHER_DRAWS)]
     pos = [rng.choice(n, size=count, replace=False) for _ in range(GATHER_DRAWS)]
     fetch = cpu_time(_cycling(ids, store.fetch), 5)
-    index = cpu_time(_cycling(pos, lambda p: gather_rows(table, p)), 5)
+    index = cpu_time(_cycling(pos, lambda p: take_rows(table, p)), 5)
     return fetch, index
 
 
@@ -294,7 +295,7 @@ def calibrate_gather() -> dict[str, float]:
     """A memory-mapped feature file's random row gathers (``np.take``, what an owner serves), the
     load stages' own row paths (``store_*``, ``index_*``: :func:`_row_paths`), and the batch
     scatter."""
-    from gnnflow.strategies.minibatch.feature_store import scatter_rows
+    from gnnflow.strategies.rows import scatter_rows
 
     rng = np.random.default_rng(2)
     rows_x, ys, store_y, index_y = [], [], [], []

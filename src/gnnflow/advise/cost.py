@@ -185,7 +185,7 @@ def sample_hops(cal: Calibration, layers: list[tuple[float, float, float]], num_
 def gather_s(cal: Calibration, rows: float, dim: int, calls: float = 1.0, path: str = "") -> float:
     """Seconds of reading ``rows`` rows ``dim`` floats wide in ``calls`` calls: by ``np.take``
     (``path=""``, what an owner serves), by :meth:`FeatureStore.fetch` (``"store"``) or by
-    :func:`~gnnflow.strategies.minibatch.feature_store.gather_rows` of the memory map
+    :func:`~gnnflow.strategies.rows.take_rows` of the memory map
     (``"index"``); a calibration without the path's figures gives ``np.take``'s."""
     g = cal.gather
     pre = f"{path}_" if path and f"{path}_row" in g else ""

@@ -287,13 +287,13 @@ def rank_probe(seconds: float = 0.9) -> dict[str, float]:
     """Median CPU seconds of one thread of three fixed pieces of a rank's iteration, run in turn for
     about ``seconds``: ``sample``, a two-hop neighbour sample of 512 targets (fanouts 10, 10)
     on a random graph of 50,000 vertices, degree 12; ``load``, 8,192 random rows of a 100,000 x 32
-    float32 table read into a tensor (:func:`~gnnflow.strategies.minibatch.feature_store.gather_rows`); ``forward_backward``, a two-layer GCN 64 wide
+    float32 table read into a tensor (:func:`~gnnflow.strategies.rows.take_rows`); ``forward_backward``, a two-layer GCN 64 wide
     at about a 500-target batch's blocks (fresh blocks each call).  What
     :mod:`gnnflow.advise.collectives` compares between the calibrating process and P ranks running
     it at once."""
     from gnnflow.config import TrainConfig
     from gnnflow.sampling import NeighborSampler
-    from gnnflow.strategies.minibatch.feature_store import gather_rows
+    from gnnflow.strategies.rows import take_rows
 
     rng = np.random.default_rng(5)
     n = 50_000
@@ -313,7 +313,7 @@ def rank_probe(seconds: float = 0.9) -> dict[str, float]:
         return time.thread_time() - t
 
     pieces = {"sample": lambda: clocked(lambda: sampler.sample_blocks(targets)),
-              "load": lambda: clocked(lambda: gather_rows(table, rows)),
+              "load": lambda: clocked(lambda: take_rows(table, rows)),
               "forward_backward": lambda: time_shape(key, cfg, repeats=3)}
     got: dict[str, list[float]] = {name: [] for name in pieces}
     start = time.perf_counter()

@@ -29,7 +29,7 @@ from gnnflow.nn.model import GNN
 from gnnflow.runtime.watchdog import note_progress
 from gnnflow.sampling import Block, as_long_tensor
 from gnnflow.sampling.tensor_sampler import DeviceCSR, TensorRelabeler, full_block, read_only_tensor
-from gnnflow.strategies.minibatch.feature_store import gather_rows
+from gnnflow.strategies.rows import take_rows
 
 if TYPE_CHECKING:
     from gnnflow.data.store import GraphStore
@@ -141,7 +141,7 @@ def drop_rows_after_epoch(path: Path, last_epoch: int) -> None:
 
 def feature_rows(features: np.ndarray, ids: torch.Tensor) -> torch.Tensor:
     """Rows ``ids`` of a (memory-mapped) float32 feature matrix as a tensor."""
-    return gather_rows(features, ids.numpy())
+    return take_rows(features, ids.numpy())
 
 
 @torch.no_grad()

@@ -29,7 +29,7 @@ from gnnflow.nn.typed_input import GraphSchema, TypedRows
 from gnnflow.sampling import TypedNeighborSampler
 from gnnflow.sampling.typed import LayerFanout
 from gnnflow.strategies.embedding import NodeEmbeddings
-from gnnflow.strategies.minibatch.feature_store import gather_rows
+from gnnflow.strategies.rows import take_rows
 
 
 def graph_schema(meta: StoreMeta) -> GraphSchema:
@@ -125,7 +125,7 @@ class TypedGraph:
         features = {}
         for t, table in self.features.items():
             sel = local[types == t]
-            features[t] = gather_rows(table, sel)
+            features[t] = take_rows(table, sel)
         rows = TypedRows(torch.from_numpy(types.astype(np.int64)), torch.from_numpy(local), features)
         if self.embeddings is None or not embeddings:
             return rows

@@ -88,10 +88,10 @@ from gnnflow.strategies.embedding import LocalRows, NodeEmbeddings, RowExchange
 from gnnflow.strategies.hec.cache import EmbeddingCache
 from gnnflow.strategies.hec.push import EmbeddingPush, build_db_halo, exchange_halo_ids
 from gnnflow.strategies.memory import RunSizes, activation_bytes, hec_cache_lines, pipeline_bytes
-from gnnflow.strategies.minibatch.feature_store import gather_rows
 from gnnflow.strategies.minibatch.options import MiniBatchOptions
 from gnnflow.strategies.minibatch.pipeline import MiniBatch
 from gnnflow.strategies.minibatch.relational import RelationalMiniBatch
+from gnnflow.strategies.rows import take_rows
 
 #: the life-span of a cache whose rows never go stale (layer 0 on plain features, push='use')
 STATIC_LIFE = 2**62
@@ -338,7 +338,7 @@ class HistoricalEmbeddingCache(RelationalMiniBatch):
             mb.inputs = self.typed_inputs().local(self.part.local_to_global[rows])  # type: ignore[assignment]
             mb.counters["features_loaded"] = float(rows.shape[0])
             return mb
-        mb.inputs = gather_rows(self.features, rows)
+        mb.inputs = take_rows(self.features, rows)
         mb.counters["features_loaded"] = float(rows.shape[0])
         self.attach_degrees(mb)
         return mb

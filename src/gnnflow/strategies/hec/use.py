@@ -39,7 +39,7 @@ import torch
 from gnnflow.comm.collectives import CommStats, all_gather, alltoallv, world
 from gnnflow.runtime.devices import HOST
 from gnnflow.strategies.device_cache import hottest
-from gnnflow.strategies.minibatch.feature_store import gather_rows
+from gnnflow.strategies.rows import take_rows
 
 
 def presample_use(sampler: Any, batches: list[torch.Tensor], num_inner: int,
@@ -113,7 +113,7 @@ def fill_static(cache: Any, halo: torch.Tensor, read_rate: torch.Tensor, node_pa
     ids = ids[order]
     stats = CommStats(size)
     asked = alltoallv(list(torch.split(ids, torch.bincount(owner, minlength=size).tolist())), stats, kind=HOST)
-    replies = [gather_rows(features, torch.searchsorted(inner, got).numpy()) for got in asked]
+    replies = [take_rows(features, torch.searchsorted(inner, got).numpy()) for got in asked]
     rows = alltoallv(replies, stats, kind=HOST)
     if ids.numel():
         cache.store(ids, torch.cat(rows, 0).to(cache.data.dtype))

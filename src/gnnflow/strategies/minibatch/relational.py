@@ -42,16 +42,12 @@ from gnnflow.strategies.device_path import device_cache_mib
 from gnnflow.strategies.embedding import JointOptimizer, LocalRows, NodeEmbeddings, RowExchange
 from gnnflow.strategies.memory import RunSizes, relational_terms
 from gnnflow.strategies.minibatch.base import SPLITS, MiniBatchStrategy
-from gnnflow.strategies.minibatch.feature_store import (
-    EXCHANGE_BYTES,
-    FeatureStore,
-    RowPlan,
-    gather_rows,
-)
+from gnnflow.strategies.minibatch.feature_store import EXCHANGE_BYTES, FeatureStore, RowPlan
 from gnnflow.strategies.minibatch.inference import ScratchRows, layerwise_inference
 from gnnflow.strategies.minibatch.pipeline import MiniBatch, add_stats_delta, stats_totals
 from gnnflow.strategies.minibatch.sampler import TypedSampling, make_sampler
 from gnnflow.strategies.relational import graph_schema, make_embeddings, resolve_fanouts
+from gnnflow.strategies.rows import take_rows
 
 #: inner vertices embedded at a time when evaluation builds the typed input table
 EMBED_CHUNK = 65536
@@ -144,7 +140,7 @@ class TypedInputs:
             pos = store.part.global_to_local(sel)
             if (pos < 0).any():
                 raise ConfigError(f"typed inputs: vertex {int(sel[pos < 0][0])} is not this rank's")
-            return gather_rows(store.table, pos)
+            return take_rows(store.table, pos)
 
         return self._rows(ids, gather)
 

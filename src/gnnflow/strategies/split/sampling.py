@@ -36,7 +36,7 @@ from gnnflow.comm.collectives import CommStats, alltoallv
 from gnnflow.errors import ConfigError
 from gnnflow.runtime.devices import HOST
 from gnnflow.sampling import Block, NeighborSampler, as_long_tensor
-from gnnflow.strategies.minibatch.feature_store import gather_rows
+from gnnflow.strategies.rows import take_rows
 
 
 @dataclass
@@ -79,7 +79,7 @@ class SplitGraph:
         if self.features is None:
             raise ConfigError("split parallelism: the graph/partition has no features.npy")
         rows = self.rows(ids)
-        return gather_rows(self.features, rows)
+        return take_rows(self.features, rows)
 
     def load_labels(self, ids: torch.Tensor) -> torch.Tensor:
         assert self.labels is not None
