@@ -154,10 +154,14 @@ def spmm_sum(block: Block, x: torch.Tensor, edge_weight: torch.Tensor | None = N
     return out.squeeze(1) if flat else out
 
 
+def _mean_divisor(block: Block, x: torch.Tensor) -> torch.Tensor:
+    """Each destination's in-degree (at least 1) as ``x``'s dtype, shaped to divide a row of ``x``."""
+    return block.in_degrees().clamp(min=1).to(x.dtype).view(-1, *([1] * (x.dim() - 1)))
+
+
 def spmm_mean(block: Block, x: torch.Tensor) -> torch.Tensor:
     """Mean of in-neighbour rows (zero for a destination without in-edges)."""
-    deg = block.in_degrees().clamp(min=1).to(x.dtype)
-    out, deg = spmm_sum(block, x), deg.view(-1, *([1] * (x.dim() - 1)))
+    out, deg = spmm_sum(block, x), _mean_divisor(block, x)
     # without autograd (an input layer's features, inference) in place: one [num_dst, D] tensor less
     return out / deg if out.requires_grad else out.div_(deg)
 
@@ -171,20 +175,16 @@ class _MeanAndOwn(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx: Any, x: torch.Tensor, block: Block) -> tuple[torch.Tensor, torch.Tensor]:
-        ctx.block = block
-        deg = block.in_degrees().clamp(min=1).to(x.dtype).unsqueeze(1)
-        ctx.save_for_backward(deg)
-        agg = _bag(block, x.unsqueeze(1), None, transposed=False).squeeze(1).contiguous()
-        return agg.div_(deg), x[: block.num_dst].clone()
+        ctx.block = block  # forward runs without autograd: spmm_mean is the plain computation
+        return spmm_mean(block, x), x[: block.num_dst].clone()
 
     @staticmethod
     def backward(ctx: Any, grad_agg: torch.Tensor | None, grad_own: torch.Tensor | None) -> tuple[torch.Tensor, None]:
-        (deg,) = ctx.saved_tensors
         block: Block = ctx.block
         if grad_agg is None:
             grad_x = grad_own.new_zeros(block.num_src, grad_own.shape[1])  # type: ignore[union-attr]
-        else:
-            grad = (grad_agg / deg).unsqueeze(1)
+        else:  # _CSRSum's backward of the mean: the transposed sum of grad / degree
+            grad = (grad_agg / _mean_divisor(block, grad_agg)).unsqueeze(1)
             grad_x = _bag(block, grad, None, transposed=True).squeeze(1).contiguous()
         if grad_own is not None:
             grad_x[: block.num_dst] += grad_own
