@@ -27,6 +27,10 @@ class GCNConv(nn.Module):
     first when it shrinks the features, as in DGL.
     """
 
+    #: forward's output is a new tensor no autograd node reads (a scaled or biased sum): the
+    #: model's activation and dropout may overwrite it (:class:`gnnflow.nn.dropout.Dropout`)
+    fresh_output = True
+
     def __init__(self, in_dim: int, out_dim: int, norm: str = "both", bias: bool = True) -> None:
         super().__init__()
         if norm not in NORMS:

@@ -139,7 +139,9 @@ class GNN(nn.Module):
             h = h.mean(1) if last else h.flatten(1)
         if not last:
             if self.activation == "relu":  # fused into the dropout mask (gnnflow.nn.dropout)
-                h = self.dropout(h, relu=True)
+                # over the conv's own output where nothing else holds it (no view of heads)
+                inplace = getattr(self.layers[i], "fresh_output", False) and not self.head_reduce
+                h = self.dropout(h, relu=True, inplace=inplace)
             else:
                 h = self.dropout(ACTIVATIONS[self.activation](h))
         return h

@@ -26,6 +26,10 @@ class SAGEConv(nn.Module):
     graph that already has self-loops counts it twice, as in DGL.
     """
 
+    #: forward's output is a new tensor no autograd node reads: the model's activation and
+    #: dropout may overwrite it (:class:`gnnflow.nn.dropout.Dropout`'s ``inplace``)
+    fresh_output = True
+
     def __init__(self, in_dim: int, out_dim: int, aggregator: str = "mean", bias: bool = True) -> None:
         super().__init__()
         if aggregator not in AGGREGATORS:
@@ -72,14 +76,16 @@ class SAGEConv(nn.Module):
         if self.aggregator == "mean":
             if project_first:
                 h_neigh = spmm_mean(block, h_src if projected else self.fc_neigh(h_src))
-            elif h_dst is None:  # both uses of h_src in one autograd node (gnnflow.nn.ops.mean_and_own)
+                # the self projection's output takes the neighbour term in place (no autograd
+                # node keeps it): one destination-sized tensor and one pass over it less
+                return self.fc_self(h_src[: block.num_dst] if h_dst is None else h_dst).add_(h_neigh)
+            if h_dst is None:  # both uses of h_src in one autograd node (gnnflow.nn.ops.mean_and_own)
                 agg, h_dst = mean_and_own(block, h_src)
-                h_neigh = self.fc_neigh(agg)
             else:
-                h_neigh = self.fc_neigh(spmm_mean(block, h_src))
-            # the self projection's output takes the neighbour term in place (no autograd node
-            # keeps it): one destination-sized tensor and one pass over it less per layer
-            return self.fc_self(h_src[: block.num_dst] if h_dst is None else h_dst).add_(h_neigh)
+                agg = spmm_mean(block, h_src)
+            # the neighbour projection accumulates into the self projection's output (a GEMM
+            # with beta 1): no destination-sized tensor of its own and no separate sum
+            return self.fc_self(h_dst).addmm_(agg, self.fc_neigh.weight.t())
         h = h_src if projected or not project_first else self.fc_neigh(h_src)
         deg = block.in_degrees().to(h.dtype).unsqueeze(1) + 1.0
         h_neigh = (spmm_sum(block, h) + h[: block.num_dst]) / deg
