@@ -28,6 +28,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from gnnflow.runtime.buffers import BufferPool
 from gnnflow.runtime.devices import (
     COMPUTE,
     HOST,
@@ -366,6 +367,7 @@ def exchange_rows_in_rounds(
     max_bytes: int,
     stats: CommStats | None = None,
     group: Any = None,
+    buffers: BufferPool | None = None,
 ) -> int:
     """An all-to-all of rows in rounds of at most ~``max_bytes`` sent and received per rank.
 
@@ -376,7 +378,8 @@ def exchange_rows_in_rounds(
     ``matrix`` is the exchange's whole traffic matrix in rows (:func:`count_matrix`:
     ``matrix[q, p]`` rows go from rank q to rank p), so every rank derives the same ``R``, the
     largest any rank needs, with no further collective.  The buffers of an exchange are two
-    rounds' worth, not the whole exchange, and rows are gathered straight into the send buffer.
+    rounds' worth, not the whole exchange, and rows are gathered straight into the send buffer;
+    ``buffers`` (a pool of at least two) gives them, so that exchange after exchange reuses them.
     Collective; returns the number of rounds.
     """
     rank, size = world(group)
@@ -393,13 +396,15 @@ def exchange_rows_in_rounds(
         r_hi = [c * (j + 1) // rounds_n for c in recv_counts]
         s_n = [h - lo for lo, h in zip(s_lo, s_hi, strict=True)]
         r_n = [h - lo for lo, h in zip(r_lo, r_hi, strict=True)]
-        flat = torch.empty((sum(s_n), *row_shape), dtype=torch.float32)
+        flat = buffers.take(sum(s_n), row_shape) if buffers is not None else \
+            torch.empty((sum(s_n), *row_shape), dtype=torch.float32)
         at = 0
         for p in range(size):
             if s_n[p]:
                 gather(p, s_lo[p], s_hi[p], flat[at:at + s_n[p]])
             at += s_n[p]
-        recv = torch.empty((sum(r_n), *row_shape), dtype=torch.float32)
+        recv = buffers.take(sum(r_n), row_shape) if buffers is not None else \
+            torch.empty((sum(r_n), *row_shape), dtype=torch.float32)
         if size > 1:
             all_to_all_single(recv, flat, HOST, group, output_split_sizes=r_n, input_split_sizes=s_n)
         else:
@@ -412,6 +417,7 @@ def exchange_rows_in_rounds(
             if r_n[p]:
                 scatter(p, r_lo[p], r_hi[p], recv[at:at + r_n[p]])
             at += r_n[p]
+        del recv  # free for the next round's take
     return rounds_n
 
 

@@ -3,7 +3,7 @@
 * :func:`die_with_parent` — a rank (or a rank's sampler process) asks Linux to
   kill it when its parent exits (``PR_SET_PDEATHSIG``), so a launcher killed
   with SIGKILL leaves no orphaned ranks training on.
-* :func:`tune_allocator` — large buffers (mini-batch rows, exchange rounds; 4 MiB
+* :func:`tune_allocator` — large buffers (a batch's widest activations; 32 MiB
   and more) are given back to the system when freed, so a rank's resident memory
   follows what it holds rather than what glibc's arenas kept (measured: 2.2 GB ->
   1.7 GB peak per rank for data-parallel training on a products-sized graph, with
@@ -64,8 +64,10 @@ def set_process_name(name: str) -> None:
 
 
 #: allocations from this size on are served by mmap and unmapped when freed (glibc M_MMAP_THRESHOLD)
-MMAP_THRESHOLD = 4 << 20
+MMAP_THRESHOLD = 32 << 20
 MMAP_THRESHOLD_ENV = "GNNFLOW_MMAP_THRESHOLD"
+#: the trim threshold :func:`tune_allocator` sets, in mmap thresholds (glibc M_TRIM_THRESHOLD)
+TRIM_FACTOR = 2
 
 
 def mmap_threshold() -> int | None:
@@ -95,11 +97,21 @@ def tune_allocator() -> None:
     a pipeline's sampling, loading and training threads fragment them and freed batches
     stay resident.  A fixed threshold (``mallopt(M_MMAP_THRESHOLD)``, which also stops
     the dynamic adjustment) returns every large buffer when it is freed, at the cost of
-    fresh page faults when the next one is made.  At 4 MiB (:data:`MMAP_THRESHOLD`) the
-    buffers that make a rank's peak at scale are mapped, and a small batch's buffers are
-    reused from the heap: at 256 KiB a data-parallel rank on the default graph spent
-    0.23-0.25 s of forward/backward CPU an epoch, at 4 MiB 0.15 s (glibc's own: 0.14 s),
-    and a 300k-vertex rank peaked 3 % higher (docs/runtime.md).
+    fresh page faults when the next one is made.  At 256 KiB a data-parallel rank on the
+    default graph spent 0.23-0.25 s of forward/backward CPU an epoch, at 4 MiB 0.15 s (glibc's
+    own: 0.14 s), and a 300k-vertex rank peaked 3 % higher (docs/runtime.md).  Since the
+    batches' input rows and exchange buffers are pooled (:mod:`gnnflow.runtime.buffers`), the
+    default is 32 MiB (:data:`MMAP_THRESHOLD`, glibc's largest): only the widest activations of
+    a products-shaped batch (tens to a hundred MiB) are still mapped afresh.
+
+    A fixed threshold leaves glibc's trim threshold at its 128 KiB, so a heap or arena gives
+    back its free top whenever that much is free, and the next chunk of a few hundred KiB to a
+    few MiB (a scratch buffer of a chunked loop: a fetch's local rows, the fused ReLU-dropout)
+    grows it again onto fresh pages, zeroed by the kernel.  The trim threshold is set to
+    :data:`TRIM_FACTOR` times the mmap threshold (``MALLOC_TRIM_THRESHOLD_`` in the environment
+    takes precedence): each arena keeps at most that much free memory.  Products-shaped
+    data-parallel, 4 ranks, with the input-row pool (docs/runtime.md): 4 MiB and glibc's trim
+    threshold 50.4-52.2 s an epoch; 4 MiB, trim 8 MiB 44.4-50.5 s; 32 MiB, trim 64 MiB 41.6 s.
     """
     threshold = mmap_threshold()
     if threshold is None:
@@ -107,6 +119,8 @@ def tune_allocator() -> None:
     try:
         libc = ctypes.CDLL("libc.so.6")
         libc.mallopt(-3, threshold)  # M_MMAP_THRESHOLD
+        if "MALLOC_TRIM_THRESHOLD_" not in os.environ:
+            libc.mallopt(-1, TRIM_FACTOR * threshold)  # M_TRIM_THRESHOLD
     except (OSError, AttributeError):  # pragma: no cover - not glibc
         pass
 

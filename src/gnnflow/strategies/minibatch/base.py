@@ -18,7 +18,7 @@ never the whole graph or feature file).  One training iteration on every rank:
    the full CSR locally; or the same draws on the rank's device (``sampling``, docs/gpu.md);
 3. **load** — input rows from the :class:`~gnnflow.strategies.minibatch.feature_store.FeatureStore`
    (local rows, optional hot-row cache, one all-to-all for remote rows; ``device_cache_mib``:
-   hot rows first from the rank's device);
+   hot rows first from the rank's device) into a buffer reused batch after batch (``input_rows``);
 4. **device copy**;
 5. **forward/backward** — loss = cross-entropy summed over the local targets
    divided by the GLOBAL batch size (known from the schedule without
@@ -51,10 +51,8 @@ Hooks for subclasses (split-parallel, p3, HEC): override any of
 ``reduce_gradients(rec)``              synchronise gradients;
 ``train_batch(mb, rec) -> float``      one whole iteration after the pipeline.
 
-Subclasses that do not use one of the pieces (e.g. no feature store) return
-None from its builder.  ``self.part``, ``self.book``, ``self.node_part``,
-``self.num_batches`` and ``self.global_batch_sizes(epoch)`` are set by
-:meth:`prepare`.
+Subclasses that do not use one of the pieces (e.g. no feature store) return None from its
+builder.  :meth:`prepare` sets ``self.part``, ``self.book``, ``self.node_part``, ``self.num_batches``.
 """
 
 from __future__ import annotations
@@ -73,6 +71,7 @@ from gnnflow.comm.collectives import CommStats, all_gather, all_reduce_gradients
 from gnnflow.errors import ConfigError
 from gnnflow.io import ticking
 from gnnflow.results.schema import Recorder
+from gnnflow.runtime.buffers import BufferPool
 from gnnflow.runtime.context import RankContext
 from gnnflow.runtime.devices import COMPUTE, HOST
 from gnnflow.strategies.base import Strategy
@@ -109,6 +108,7 @@ if TYPE_CHECKING:
     from gnnflow.strategies.minibatch.sampler_process import SamplerProcess
 
 SPLITS = ("train", "val", "test")
+INPUT_BUFFERS = 4  #: batches' input-row buffers a rank keeps (a products-shaped pipeline holds 3 at once)
 
 
 def already_done(mb: MiniBatch) -> MiniBatch:
@@ -164,6 +164,7 @@ class MiniBatchStrategy(Strategy):
         self.net: torch.nn.Module | None = None  # the plain GNN (self.model may be its DDP wrapper)
         self.sample_stats: CommStats | None = None
         self.load_stats: CommStats | None = None
+        self.input_rows = BufferPool(INPUT_BUFFERS)  # the batches' input rows, reused (runtime.buffers)
 
     @classmethod
     def check_config(cls, cfg: Any) -> None:
@@ -394,7 +395,10 @@ class MiniBatchStrategy(Strategy):
         if self.device_cache is not None:  # hot rows from the device, the rest from the store
             mb.inputs = self.device_cache.fetch(ids, lambda missing: store.fetch(missing, mb.counters), mb.counters)
         else:  # a sampler process passes its hand-over slot as the destination of the rows
-            mb.inputs = store.fetch(ids.cpu(), mb.counters, out=mb.meta.pop("inputs_out", None))
+            out = mb.meta.pop("inputs_out", None)
+            if out is None and isinstance(store, FeatureStore):
+                out = self.input_rows.take(int(ids.shape[0]), store.row_shape)
+            mb.inputs = store.fetch(ids.cpu(), mb.counters, out=out)
         self.attach_degrees(mb)
         add_stats_delta(mb, self.load_stats, before, "load")
         return mb
@@ -518,8 +522,7 @@ class MiniBatchStrategy(Strategy):
                 mb = self.pipeline.get()
             if mb.epoch != epoch:
                 raise ConfigError(f"pipeline delivered a batch of epoch {mb.epoch} during epoch {epoch}")
-            # the stages' seconds, and the CPU seconds of the threads that ran them
-            for name in ("sample", "load", "wait", "sample_cpu", "load_cpu"):
+            for name in ("sample", "load", "wait", "sample_cpu", "load_cpu"):  # seconds, CPU seconds
                 rec.add_time(name, mb.times.get(name, 0.0))
             rec.add_time("device_copy", mb.times.get("device", 0.0))
             for k, v in mb.counters.items():
@@ -530,6 +533,7 @@ class MiniBatchStrategy(Strategy):
         if epoch + 1 >= self.cfg.epochs and self.pipeline is not None:
             self.pipeline.close()
             self.pipeline = None
+        self.input_rows.release()  # nothing kept through the evaluation but the batches in flight
         rec.extra["num_batches"] = float(self.num_batches)
         rec.extra["local_targets"] = float(self.target_ids.shape[0])
         rec.extra["pipeline"] = float(self.use_pipeline)

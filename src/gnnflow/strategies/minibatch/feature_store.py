@@ -47,12 +47,15 @@ from gnnflow.comm.collectives import (
     world,
 )
 from gnnflow.errors import ConfigError
+from gnnflow.runtime.buffers import BufferPool
 from gnnflow.runtime.devices import HOST
 from gnnflow.strategies.device_cache import hottest
 from gnnflow.strategies.rows import Rows, scatter_rows, take_rows
 
 #: rows an exchange sends (and receives) per round, at most about this many bytes
 EXCHANGE_BYTES = 16 << 20
+#: a fetch places its local rows through a scratch of at most this size (below the mmap threshold)
+LOCAL_CHUNK_BYTES = 1 << 20
 
 
 def _advise_random(table: Rows) -> None:
@@ -124,10 +127,16 @@ class FeatureStore:
         self.cache_ids = np.zeros(0, dtype=np.int64)
         self.cache_rows = torch.zeros((0, *table.shape[1:]), dtype=torch.float32)
         self.cache_slot = np.zeros(0, dtype=np.int32)
+        self.rounds = BufferPool(2)  # the exchange's send and receive buffers, kept between fetches
+
+    @property
+    def row_shape(self) -> tuple[int, ...]:
+        """The shape of one row :meth:`fetch` returns."""
+        return tuple(int(d) for d in self.table.shape[1:])
 
     # -- requests ----------------------------------------------------------------
     def owners(self, ids: np.ndarray) -> np.ndarray:
-        return np.asarray(self.node_part[ids], dtype=np.int64)
+        return np.asarray(np.take(self.node_part, ids), dtype=np.int64)  # take: faster than node_part[ids]
 
     def fetch(self, ids: np.ndarray | torch.Tensor, counters: dict[str, float] | None = None,
               out: torch.Tensor | None = None) -> torch.Tensor:
@@ -148,8 +157,7 @@ class FeatureStore:
             if out is None:
                 out = torch.empty((n, *self.table.shape[1:]), dtype=torch.float32)
             if lpos.size:
-                inner = self.part.global_to_local(ids_np[lpos])
-                scatter_rows(out, lpos, take_rows(self.table, inner))
+                self._place_local(out, lpos, self.part.global_to_local(ids_np[lpos]))
         remote = np.flatnonzero(~local)
         hits = 0
         if remote.size and self.cache_ids.size:
@@ -170,6 +178,14 @@ class FeatureStore:
                 counters["cache_hits"] = counters.get("cache_hits", 0) + hits
                 counters["cache_misses"] = counters.get("cache_misses", 0) + int(remote.size)
         return out
+
+    def _place_local(self, out: torch.Tensor, dest: np.ndarray, inner: np.ndarray) -> None:
+        """``out[dest] = table[inner]`` through a scratch of at most :data:`LOCAL_CHUNK_BYTES`
+        (reused from the heap, and in cache when the rows are placed) rather than a gathered
+        copy of every local row, which would be mapped and zeroed afresh at every batch."""
+        step = max(1, LOCAL_CHUNK_BYTES // max(1, 4 * self.dim))
+        for lo in range(0, dest.shape[0], step):
+            scatter_rows(out, dest[lo:lo + step], take_rows(self.table, inner[lo:lo + step]))
 
     def _exchange(self, ids: np.ndarray, owner: np.ndarray, out: torch.Tensor, dest: np.ndarray) -> RowPlan | None:
         """Request ``ids`` from their ``owner`` ranks and write the rows to ``out[dest]``; return the
@@ -208,7 +224,8 @@ class FeatureStore:
             scatter_rows(out, dest_by_peer[peer][lo:hi], rows)
 
         # the rows go back the way the ids came: owner p sends rank q what q asked p for
-        exchange_rows_in_rounds(gather, matrix.T, scatter, shape_tail, EXCHANGE_BYTES, self.stats, self.group)
+        exchange_rows_in_rounds(gather, matrix.T, scatter, shape_tail, EXCHANGE_BYTES, self.stats, self.group,
+                                self.rounds)
         return RowPlan(matrix, positions, dest_by_peer)
 
     # -- cache -------------------------------------------------------------------
