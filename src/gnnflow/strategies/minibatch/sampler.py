@@ -135,7 +135,7 @@ class DistNeighborSampler(LayerwiseSampler):
             src = np.asarray(self.part.indices[eid], dtype=np.int64)
             return counts, [self.part.local_to_global[src], rels]
         eid, counts = sample_edge_positions(self.part.indptr, rows, int(fanout), self.key, layer, seeds)
-        return counts, [self.part.local_to_global[self.part.indices[eid]]]
+        return counts, [np.take(self.part.local_to_global, np.take(self.part.indices, eid))]
 
     def sample_layer(self, frontier: np.ndarray | torch.Tensor, fanout: Any,  # type: ignore[override]
                      layer: int) -> tuple[Block, torch.Tensor]:
@@ -156,7 +156,7 @@ class DistNeighborSampler(LayerwiseSampler):
     def sample_edges(self, frontier: np.ndarray, fanout: Any, layer: int) -> tuple[np.ndarray, list[np.ndarray]]:
         """Per-seed counts and per-edge columns (CSR over ``frontier``) of one hop.  Collective."""
         frontier = np.asarray(frontier, dtype=np.int64)
-        owner = np.asarray(self.node_part[frontier], dtype=np.int64)
+        owner = np.asarray(np.take(self.node_part, frontier), dtype=np.int64)
         own = np.flatnonzero(owner == self.rank)
         counts = np.zeros(frontier.shape[0], dtype=np.int64)
         own_counts, own_cols = self._sample_own(frontier[own], fanout, layer)
