@@ -186,8 +186,16 @@ def _rounds_rank(ctx, book_path):
     stats = CommStats(ctx.world_size)
     store = fs_mod.FeatureStore(part, book.node_part, stats=stats)
     fs_mod.EXCHANGE_BYTES = 3 * 4 * store.dim  # rounds of about 3 rows
-    ids = np.random.default_rng(ctx.rank).integers(0, book.num_nodes, 5 + 20 * ctx.rank)
-    return ids, store.fetch(ids).numpy(), stats.calls
+    fs_mod.LOCAL_CHUNK_BYTES = 2 * 4 * store.dim  # local rows placed 2 at a time
+    rng = np.random.default_rng(ctx.rank)
+    ids = rng.integers(0, book.num_nodes, 5 + 20 * ctx.rank)
+    rows = store.fetch(ids).numpy()
+    calls = stats.calls
+    again = rng.integers(0, book.num_nodes, 30)
+    rows_again = store.fetch(again).numpy()
+    made = store.rounds.made
+    store.fetch(again)  # the same rounds once more: their two buffers are reused, none is made
+    return ids, rows, calls, again, rows_again, (made, store.rounds.made, len(store.rounds._buffers))
 
 
 def test_feature_rows_in_rounds_every_rank_agrees(tiny_book):
@@ -198,9 +206,11 @@ def test_feature_rows_in_rounds_every_rank_agrees(tiny_book):
     book_path, graph_path = tiny_book
     feats = np.asarray(open_store(graph_path).features)
     res = run_ranks(_rounds_rank, 3, book_path, timeout_s=60)
-    for ids, rows, _ in res:
+    for ids, rows, _, again, rows_again, made in res:
         np.testing.assert_array_equal(rows, feats[ids])
-    calls = {c for _, _, c in res}
+        np.testing.assert_array_equal(rows_again, feats[again])
+        assert made[0] == made[1] and made[2] == 2  # the rounds' send and receive buffers, reused
+    calls = {c for _, _, c, *_ in res}
     assert len(calls) == 1 and calls.pop() > 4  # the id exchange and several rounds, the same on every rank
 
 

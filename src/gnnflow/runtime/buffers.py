@@ -24,9 +24,14 @@ import threading
 import torch
 
 
+#: torch's count of a storage's holders (private; without it a pool hands out plain tensors)
+_USE_COUNT = getattr(torch._C, "_storage_Use_Count", None)
+
+
 def _users(t: torch.Tensor) -> int:
     """How many tensors (and storage objects) hold ``t``'s storage."""
-    return int(torch._C._storage_Use_Count(t.untyped_storage()._cdata))
+    assert _USE_COUNT is not None
+    return int(_USE_COUNT(t.untyped_storage()._cdata))
 
 
 class BufferPool:
@@ -48,6 +53,11 @@ class BufferPool:
         smallest that fits), of a new one while the pool has room (or in place of a free one too
         small), else a plain tensor."""
         need = int(rows) * math.prod(tail)
+        if need == 0:
+            return torch.empty((rows, *tail), dtype=torch.float32)
+        if _USE_COUNT is None:  # this torch cannot tell when a buffer is free
+            self.plain += 1
+            return torch.empty((rows, *tail), dtype=torch.float32)
         with self._lock:  # a buffer found free is handed out (its use count raised) before another thread looks
             free = [i for i, (buf, alone) in enumerate(self._buffers) if _users(buf) == alone]
             fits = [i for i in free if self._buffers[i][0].numel() >= need]

@@ -182,9 +182,11 @@ class FeatureStore:
     def _place_local(self, out: torch.Tensor, dest: np.ndarray, inner: np.ndarray) -> None:
         """``out[dest] = table[inner]`` through a scratch of at most :data:`LOCAL_CHUNK_BYTES`
         (reused from the heap, and in cache when the rows are placed) rather than a gathered
-        copy of every local row, which would be mapped and zeroed afresh at every batch."""
-        step = max(1, LOCAL_CHUNK_BYTES // max(1, 4 * self.dim))
-        for lo in range(0, dest.shape[0], step):
+        copy of every local row, which would be mapped and zeroed afresh at every batch (a table
+        on a device: one gather, one copy to the host)."""
+        on_device = isinstance(self.table, torch.Tensor) and self.table.device.type != "cpu"
+        step = dest.shape[0] if on_device else max(1, LOCAL_CHUNK_BYTES // max(1, 4 * self.dim))
+        for lo in range(0, dest.shape[0], max(1, step)):
             scatter_rows(out, dest[lo:lo + step], take_rows(self.table, inner[lo:lo + step]))
 
     def _exchange(self, ids: np.ndarray, owner: np.ndarray, out: torch.Tensor, dest: np.ndarray) -> RowPlan | None:
