@@ -23,7 +23,6 @@ import threading
 
 import torch
 
-
 #: torch's count of a storage's holders (private; without it a pool hands out plain tensors)
 _USE_COUNT = getattr(torch._C, "_storage_Use_Count", None)
 
