@@ -51,8 +51,9 @@ def test_mmap_threshold_setting(monkeypatch):
             mmap_threshold()
 
 
-_REUSE = """
-import ctypes, sys
+#: a child's preamble: glibc's malloc, free and mallinfo2 through ctypes, the rank's allocator set
+_MALLOC = """
+import ctypes
 from gnnflow.runtime.processes import tune_allocator
 class Info(ctypes.Structure):
     _fields_ = [(n, ctypes.c_size_t) for n in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks",
@@ -62,6 +63,9 @@ libc.malloc.restype = ctypes.c_void_p
 libc.free.argtypes = [ctypes.c_void_p]
 libc.mallinfo2.restype = Info
 tune_allocator()
+"""
+
+_REUSE = _MALLOC + """
 libc.free(libc.malloc(8 << 20))  # glibc's own threshold rises to 8 MiB when a mapped block is freed
 before = libc.mallinfo2().hblks
 block = libc.malloc(8 << 20)
@@ -82,17 +86,7 @@ def test_a_fixed_threshold_maps_every_large_block_afresh(setting, mapped):
     assert int(done.stdout) == mapped
 
 
-_TRIM = """
-import ctypes
-from gnnflow.runtime.processes import tune_allocator
-class Info(ctypes.Structure):
-    _fields_ = [(n, ctypes.c_size_t) for n in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks",
-                                              "fsmblks", "uordblks", "fordblks", "keepcost")]
-libc = ctypes.CDLL("libc.so.6")
-libc.malloc.restype = ctypes.c_void_p
-libc.free.argtypes = [ctypes.c_void_p]
-libc.mallinfo2.restype = Info
-tune_allocator()
+_TRIM = _MALLOC + """
 block = libc.malloc(3 << 20)  # below the mmap threshold: from the heap's top
 libc.free(block)
 print(libc.mallinfo2().keepcost)  # the free memory at the heap's top, kept for the next chunk
