@@ -389,6 +389,8 @@ def exchange_rows_in_rounds(
     note_progress()
     most = int(max(matrix.sum(axis=0).max(), matrix.sum(axis=1).max())) if matrix.size else 0
     rounds_n = max(1, -(-most * row_bytes // max(1, max_bytes)))
+    new = buffers.take if buffers is not None else \
+        (lambda rows, tail: torch.empty((rows, *tail), dtype=torch.float32))
     for j in range(rounds_n):
         s_lo = [c * j // rounds_n for c in send_counts]
         s_hi = [c * (j + 1) // rounds_n for c in send_counts]
@@ -396,15 +398,13 @@ def exchange_rows_in_rounds(
         r_hi = [c * (j + 1) // rounds_n for c in recv_counts]
         s_n = [h - lo for lo, h in zip(s_lo, s_hi, strict=True)]
         r_n = [h - lo for lo, h in zip(r_lo, r_hi, strict=True)]
-        flat = buffers.take(sum(s_n), row_shape) if buffers is not None else \
-            torch.empty((sum(s_n), *row_shape), dtype=torch.float32)
+        flat = new(sum(s_n), row_shape)
         at = 0
         for p in range(size):
             if s_n[p]:
                 gather(p, s_lo[p], s_hi[p], flat[at:at + s_n[p]])
             at += s_n[p]
-        recv = buffers.take(sum(r_n), row_shape) if buffers is not None else \
-            torch.empty((sum(r_n), *row_shape), dtype=torch.float32)
+        recv = new(sum(r_n), row_shape)
         if size > 1:
             all_to_all_single(recv, flat, HOST, group, output_split_sizes=r_n, input_split_sizes=s_n)
         else:

@@ -9,8 +9,8 @@ seeded from torch's default generator, so ``torch.manual_seed`` and a
 checkpoint's RNG state fix it as they fix torch's own dropout) compared with
 ``round(p 65536)``; kept elements are scaled by ``65536 / (65536 - round(p
 65536))`` (:func:`keep_scale`), so ``E[out] = x`` exactly and the drop probability is ``p`` rounded
-to 1/65536 (at most 65535/65536).  The scaled float mask is written by numpy in one pass and kept for
-backward, as torch keeps its float mask.  Before dropout a hidden layer's ReLU joins the mask
+to 1/65536 (at most 65535/65536).  Without a ReLU the scaled float mask is written by numpy in one
+pass and kept for backward, as torch keeps its float mask.  Before dropout a hidden layer's ReLU joins the mask
 (``out = relu(x) * keep * scale``, :class:`_ReluKeep`): one pass forward over chunks that stay
 in a core's cache, with no mask kept (backward reads the output: positive exactly where ``x``
 was positive and kept), written over ``x`` where the layer before made ``x`` afresh.  On the
@@ -29,6 +29,7 @@ writes the mask into a reused buffer, and :func:`keep_flags_like`; before
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -87,18 +88,30 @@ def keep_flags(shape: torch.Size, p: float) -> tuple[torch.Tensor, float]:
 FILL_CHUNK = 1 << 20
 
 
+def _spans(n: int, size: int) -> Iterator[tuple[int, int]]:
+    """``(start, end)`` of ``n`` elements ``size`` at a time."""
+    return ((s, min(n, s + size)) for s in range(0, n, size))
+
+
+def _keep_chunks(n: int, p: float, size: int) -> Iterator[tuple[int, int, np.ndarray]]:
+    """``(start, end, keep flags)`` of :func:`keep_mask`'s draws for ``n`` elements, ``size`` at a
+    time (one draw of torch's default generator, taken when the iteration starts)."""
+    assert size % 4 == 0, size  # else the chunks' draws are not keep_mask's
+    drop, _ = keep_scale(p)
+    gen = _draws()
+    for s, e in _spans(n, size):
+        yield s, e, _kept(gen, e - s, drop)
+
+
 def fill_keep_mask(out: torch.Tensor, p: float) -> torch.Tensor:
     """Write :func:`keep_mask`'s mask for ``out``'s shape (the same draws) into ``out``, a
     contiguous float32 CPU tensor, :data:`FILL_CHUNK` elements at a time (no whole-size
     temporary, for MG-GCN's reused buffers; numpy writes it, so not a tensor autograd tracks);
     returns ``out``."""
-    assert FILL_CHUNK % 4 == 0, FILL_CHUNK  # else the chunks' draws are not keep_mask's
     flat = out.detach().view(-1).numpy()
-    drop, scale = keep_scale(p)
-    gen = _draws()
-    for s in range(0, flat.shape[0], FILL_CHUNK):
-        e = min(flat.shape[0], s + FILL_CHUNK)
-        np.multiply(_kept(gen, e - s, drop), np.float32(scale), out=flat[s:e], dtype=np.float32)
+    scale = np.float32(keep_scale(p)[1])
+    for s, e, keep in _keep_chunks(flat.shape[0], p, FILL_CHUNK):
+        np.multiply(keep, scale, out=flat[s:e], dtype=np.float32)
     return out
 
 
@@ -133,14 +146,11 @@ def relu_keep_into(src: np.ndarray, dst: np.ndarray, p: float) -> float:
     """``dst = relu(src) * mask`` with :func:`keep_mask`'s mask (the same draws, one draw of
     torch's default generator), :data:`RELU_CHUNK` elements at a time; ``dst`` may be ``src``
     (flat float32 arrays of one size).  Returns the scale of a kept element."""
-    assert RELU_CHUNK % 4 == 0, RELU_CHUNK  # else the chunks' draws are not keep_mask's
-    drop, scale = keep_scale(p)
-    gen, zero, kept_scale = _draws(), np.float32(0), np.float32(scale)
-    for s in range(0, src.shape[0], RELU_CHUNK):
-        e = min(src.shape[0], s + RELU_CHUNK)
-        mask = np.multiply(_kept(gen, e - s, drop), kept_scale, dtype=np.float32)
+    scale = keep_scale(p)[1]
+    zero, kept_scale = np.float32(0), np.float32(scale)
+    for s, e, keep in _keep_chunks(src.shape[0], p, RELU_CHUNK):
         np.maximum(src[s:e], zero, out=dst[s:e])
-        np.multiply(dst[s:e], mask, out=dst[s:e])
+        np.multiply(dst[s:e], np.multiply(keep, kept_scale, dtype=np.float32), out=dst[s:e])
     return scale
 
 
@@ -150,8 +160,7 @@ def relu_keep_grad(grad: torch.Tensor, out: torch.Tensor, scale: float) -> torch
     grad = grad.contiguous()
     res = torch.empty_like(grad)
     flat_g, flat_o, flat_r = grad.view(-1), out.view(-1), res.view(-1)
-    for s in range(0, flat_r.shape[0], RELU_CHUNK):
-        e = min(flat_r.shape[0], s + RELU_CHUNK)
+    for s, e in _spans(flat_r.shape[0], RELU_CHUNK):
         torch.ops.aten.threshold_backward.grad_input(flat_g[s:e], flat_o[s:e], 0, grad_input=flat_r[s:e])
         flat_r[s:e].mul_(scale)
     return res

@@ -81,4 +81,4 @@ class BufferPool:
     @property
     def nbytes(self) -> int:
         """Bytes of the buffers the pool holds."""
-        return sum(buf.numel() * 4 for buf, _ in self._buffers)
+        return sum(buf.numel() * buf.element_size() for buf, _ in self._buffers)

@@ -185,8 +185,8 @@ class FeatureStore:
         copy of every local row, which would be mapped and zeroed afresh at every batch (a table
         on a device: one gather, one copy to the host)."""
         on_device = isinstance(self.table, torch.Tensor) and self.table.device.type != "cpu"
-        step = dest.shape[0] if on_device else max(1, LOCAL_CHUNK_BYTES // max(1, 4 * self.dim))
-        for lo in range(0, dest.shape[0], max(1, step)):
+        step = max(1, dest.shape[0] if on_device else LOCAL_CHUNK_BYTES // max(1, 4 * self.dim))
+        for lo in range(0, dest.shape[0], step):
             scatter_rows(out, dest[lo:lo + step], take_rows(self.table, inner[lo:lo + step]))
 
     def _exchange(self, ids: np.ndarray, owner: np.ndarray, out: torch.Tensor, dest: np.ndarray) -> RowPlan | None:
