@@ -120,9 +120,9 @@ def test_a_run_measures_more_epochs_where_an_epoch_has_few_iterations(graph_book
     from gnnflow.advise.advice import MIN_MEASURED_ITERATIONS, candidate_config, measure_epochs
     from gnnflow.advise.measure import measure
 
-    assert MIN_MEASURED_ITERATIONS == 6
-    assert measure_epochs(4, 1) == 7 and measure_epochs(3, 1) == 7 and measure_epochs(2, 1) == 6
-    assert measure_epochs(4, 2) == 4 and measure_epochs(3, 2) == 4 and measure_epochs(4, 40) == 4
+    assert MIN_MEASURED_ITERATIONS == 12
+    assert measure_epochs(6, 1) == 13 and measure_epochs(3, 1) == 9 and measure_epochs(2, 1) == 6
+    assert measure_epochs(4, 2) == 7 and measure_epochs(3, 2) == 7 and measure_epochs(4, 40) == 4
     assert measure_epochs(1, 1) == 1  # one epoch asked for: nothing is left out, none added
     graph, _, _ = graph_book
     cfg = candidate_config(_config(graph, workers=1), "single", {}, None)
@@ -483,6 +483,9 @@ def test_strategy_probe_fits_measured_against_modelled_and_the_advice_applies_it
     assert set(got) == set(seen) == {"data", "split", "single"}  # fullbatch trains gcn only: refused
     # one process runs alike at every rank count: one fit over its runs at 2 and 4 ranks
     assert len(seen["single"]) == 4 and cal.strategies["sage"]["4"]["single"] == got["single"]
+    kept = cal.strategy_probe["sage"]["points"]  # the file keeps what every fit was made from
+    assert kept["1"]["single"] == [list(x) for x in seen["single"]]
+    assert kept["2"]["data"] == [list(x) for x in seen["data"][:2]] and kept["4"]["split"] == [list(x) for x in seen["split"][2:]]
     assert got["single"] == sp.fit(seen["single"], "single")
     for label, (factor, overhead) in got.items():
         pts = seen[label][:2]  # the distributed ones: the points at 2 ranks

@@ -242,8 +242,9 @@ def advise(base: Any, book: str | None, cal: Calibration, nnodes: int = 1, strat
 
 #: a measured run covers at least this many iterations after its first epoch (more epochs for
 #: a candidate with few iterations an epoch: a full-batch epoch is one, its median of two or three
-#: epochs would rest on two or three iterations)
-MIN_MEASURED_ITERATIONS = 6
+#: epochs would rest on two or three iterations; with six, DGCL's epochs on the products-shaped
+#: slice at 2 ranks still spread over 0.129-0.249 s in run O, docs/advise.md)
+MIN_MEASURED_ITERATIONS = 12
 
 
 def measure_epochs(epochs: int, iterations: int) -> int:

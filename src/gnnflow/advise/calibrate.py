@@ -92,7 +92,8 @@ class Calibration:
     #: strategy factors, ``model -> rank count -> candidate label -> [factor, overhead seconds per
     #: iteration]`` (:mod:`gnnflow.advise.strategy_probe`); empty: the model alone
     strategies: dict[str, dict[str, dict[str, list[float]]]] = field(default_factory=dict)
-    #: per model, what the strategy probe ran (settings, graphs) and when
+    #: per model, what the strategy probe ran (settings, graphs), the points its fits were made
+    #: from (``points``: rank count -> label -> ``[modelled, iterations, measured]`` per graph) and when
     strategy_probe: dict[str, dict[str, Any]] = field(default_factory=dict)
     #: forward/backward seconds timed at a run's own block shapes (:mod:`gnnflow.advise.shapes`),
     #: measured where the advice runs and kept in memory only (not written by :meth:`to_json`)

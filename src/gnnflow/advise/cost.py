@@ -27,8 +27,9 @@ calibration: P busy ranks on this host get that many cores together, so one gets
 lock-step collective on the training thread; with the pipeline on, the sample and load exchanges
 run in background threads and only the all-reduce waits), whichever is longer: with more busy
 ranks than cores a waiting rank's core runs the others.  The epoch is the slowest rank's time.
-A single process computes forward/backward with every core's thread (``threads`` of the
-calibration).
+A single process computes forward/backward with every usable core's thread: its blocks' shape
+is timed so, in wall seconds (where no shape is timed: one thread's seconds over ``threads`` of
+the calibration).
 
 Full-batch strategies have one iteration: per layer P broadcast rounds (MG-GCN) or one halo
 exchange (DGCL) forward and backward, the local SpMM and GEMMs, then the all-reduce and step.
@@ -46,6 +47,7 @@ from typing import Any
 import numpy as np
 
 from gnnflow.advise.calibrate import Calibration
+from gnnflow.advise.collectives import usable_cores
 from gnnflow.advise.counts import RankWork
 from gnnflow.advise.features import model_terms, param_count
 from gnnflow.advise.shapes import timed_fb, timed_rows
@@ -193,18 +195,20 @@ def gather_s(cal: Calibration, rows: float, dim: int, calls: float = 1.0, path: 
 
 
 def fb_s(cal: Calibration, st: Setting, layers: list[tuple[float, float, float]], in_dim: int | None = None,
-         timed: bool = True, halo: str = "") -> float:
-    """Forward + backward seconds of one batch's blocks (one thread): the model timed at their
-    shape (:func:`gnnflow.advise.shapes.timed_fb`: sampled mini-batches, or with ``halo`` a
-    full-graph halo block; ``timed``), else the calibration's linear model."""
+         timed: bool = True, halo: str = "", threads: int = 1) -> float:
+    """Forward + backward seconds of one batch's blocks: the model timed at their shape
+    (:func:`gnnflow.advise.shapes.timed_fb`: sampled mini-batches, or with ``halo`` a full-graph
+    halo block; ``timed``), one thread's CPU seconds, or with ``threads`` > 1 the wall seconds on
+    that many threads; else the calibration's linear model (one thread) over the calibration's
+    speed-up ``threads`` when ``threads`` > 1."""
     model = st.cfg.model
     key = f"{model}@cuda" if st.device == "cuda" and f"{model}@cuda" in cal.layers else model
     width = st.feature_dim if in_dim is None else in_dim
-    got = timed_fb(cal, st.cfg, key, layers, max(1, width), st.num_classes, halo) if timed else None
+    got = timed_fb(cal, st.cfg, key, layers, max(1, width), st.num_classes, halo, threads) if timed else None
     if got is not None:
         return got
     terms = model_terms(st.cfg, layers, width, st.num_classes)
-    return float(terms @ cal.layer_coefficients(key))
+    return float(terms @ cal.layer_coefficients(key)) / (cal.threads if threads > 1 else 1.0)
 
 
 def layer_tuples(w: RankWork) -> list[tuple[float, float, float]]:
@@ -261,7 +265,7 @@ def predict_single(cal: Calibration, st: Setting, works: list[RankWork]) -> Pred
     layers = layer_tuples(w)
     r = Rank(cal, st)
     full = bool(cfg.options.full_batch)
-    r.work("forward_backward", it * fb_s(cal, st, layers, timed=not full) / cal.threads)
+    r.work("forward_backward", it * fb_s(cal, st, layers, timed=not full, threads=usable_cores()))
     if not cfg.options.full_batch:
         r.work("sample", it * sample_hops(cal, layers, st.num_nodes))
         r.work("load", gather_s(cal, w.count("features_loaded"), st.feature_dim, it, "index"))

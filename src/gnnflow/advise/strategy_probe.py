@@ -12,8 +12,8 @@ CANDIDATES`) for a few epochs on three graphs of its own (:data:`PROBE_GRAPHS`: 
 narrow and sparse, to a heavy one, wide and dense; each partitioned by METIS into P parts for every
 calibrated rank count P), predicts the same candidates with the rates just measured, and fits per
 rank count and candidate the **strategy factor**: measured epoch = ``factor`` x modelled epoch +
-``overhead`` x iterations per rank (non-negative least squares over the graphs, relative
-errors; :func:`fit`; a one-process candidate, which runs the same at every rank count, gets one
+``overhead`` x iterations per rank (non-negative least squares over the graphs, each
+residual over the square root of its measured epoch; :func:`fit`; a one-process candidate, which runs the same at every rank count, gets one
 fit over its runs at all of them).  The advice applies it to the modelled epoch: the model gives how the epoch
 grows with the graph, the batch and the layers; the factor what this machine and this
 implementation add to the model's pieces, in proportion and per iteration.  No probe graph is
@@ -66,14 +66,20 @@ def probe_settings(model: str, hidden: int, fanouts: tuple[int, ...], batch_size
 def probe_strategies(cal: Any, workers: list[int], settings: dict[str, Any], workdir: str | Path | None = None,
                      epochs: int = PROBE_EPOCHS, timeout_s: float = 1800.0,
                      progress: Callable[[str], None] = log.info, graphs: dict[str, dict[str, Any]] | None = None,
-                     candidates: list[tuple[str, dict[str, Any]]] | None = None) -> dict[str, dict[str, list[float]]]:
+                     candidates: list[tuple[str, dict[str, Any]]] | None = None,
+                     points_out: dict[str, dict[str, list[list[float]]]] | None = None,
+                     ) -> dict[str, dict[str, list[float]]]:
     """Per rank count (``"2"``, ``"4"``) and candidate label, ``[factor, overhead seconds per
     iteration]`` fitted on the probe graphs (``graphs``, default :data:`PROBE_GRAPHS`) for
     ``candidates`` (default the advice's), with ``cal``'s rates (its own factors left out).
-    ``workdir`` keeps the graphs and books (default: a temporary directory, removed after)."""
+    ``workdir`` keeps the graphs and books (default: a temporary directory, removed after);
+    ``points_out`` gets, keyed alike, the points each fit was made from: ``[modelled epoch,
+    iterations per rank, measured epoch]`` per probe graph (a one-process candidate's under
+    ``"1"``)."""
     if workdir is None:
         with tempfile.TemporaryDirectory(prefix="gnnflow-probe-") as tmp:
-            return probe_strategies(cal, workers, settings, tmp, epochs, timeout_s, progress, graphs, candidates)
+            return probe_strategies(cal, workers, settings, tmp, epochs, timeout_s, progress, graphs, candidates,
+                                    points_out)
     from gnnflow.advise.advice import CANDIDATES, advise, measure_top
     from gnnflow.config import TrainConfig
     from gnnflow.data.synthetic import prepare_synthetic
@@ -107,10 +113,14 @@ def probe_strategies(cal: Any, workers: list[int], settings: dict[str, Any], wor
                 for label, point in probe_points(adv.ranked).items():
                     (pooled if label in alone else points).setdefault(label, []).append(point)
             out[str(p)] = {label: fit(pts, label) for label, pts in points.items()}
+            if points_out is not None:
+                points_out[str(p)] = {label: [list(x) for x in pts] for label, pts in points.items()}
         for label, pts in pooled.items():
             got = fit(pts, label)
             for per_p in out.values():
                 per_p[label] = got
+            if points_out is not None:
+                points_out.setdefault("1", {})[label] = [list(x) for x in pts]
     finally:
         cal.strategies = saved
     return out
@@ -131,9 +141,13 @@ def probe_points(rows: list[Any]) -> dict[str, tuple[float, int, float]]:
 
 def fit(points: list[tuple[float, int, float]], label: str = "") -> list[float]:
     """``[factor, overhead]`` with ``measured = factor x modelled + overhead x iterations`` over
-    ``points`` (modelled, iterations, measured): non-negative least squares of the relative
-    errors; one point, or a fit whose factor falls below :data:`BOUNDS`, gives the factor alone
-    (the points' geometric mean ratio)."""
+    ``points`` (modelled, iterations, measured): non-negative least squares, each residual
+    weighted by ``1 / sqrt(measured)`` (a measured epoch's noise grows with it as a sum of
+    pieces' does: variance in proportion to the time; relative errors, ``1 / measured``, let
+    the light probe graph's epoch, most of it fixed costs that vary from run to run, set the
+    slope as much as the heavy one's, and the 4-rank MG-GCN fit of run O came out at factor 0.80
+    plus 15 ms an epoch, 11 % short on the products-shaped slice); one point, or a fit whose
+    factor falls below :data:`BOUNDS`, gives the factor alone (the points' geometric mean ratio)."""
     import numpy as np
 
     from gnnflow.advise.calibrate import nnls
@@ -143,7 +157,7 @@ def fit(points: list[tuple[float, int, float]], label: str = "") -> list[float]:
     y = np.array([p[2] for p in points])
     factor, overhead = float(np.exp(np.mean(np.log(y / m)))), 0.0
     if len(points) > 1 and len(set(zip(m / its, its, strict=True))) > 1:
-        a, b = nnls(np.stack([m, its], axis=1), y, weights=1.0 / y)
+        a, b = nnls(np.stack([m, its], axis=1), y, weights=1.0 / np.sqrt(y))
         if a >= BOUNDS[0]:
             factor, overhead = float(a), float(b)
     if not BOUNDS[0] <= factor <= BOUNDS[1]:
@@ -160,8 +174,11 @@ def probe_into(cal: Any, workers: list[int], settings: dict[str, Any], workdir: 
     rank counts), with what they were measured on (``cal.strategy_probe``)."""
     import time
 
-    got = probe_strategies(cal, workers, settings, workdir=workdir, progress=progress, **probe_options)
+    points: dict[str, dict[str, list[list[float]]]] = {}
+    got = probe_strategies(cal, workers, settings, workdir=workdir, progress=progress, points_out=points,
+                           **probe_options)
     cal.strategies.setdefault(settings["model"], {}).update(got)
     cal.strategy_probe[settings["model"]] = {"settings": settings,
                                              "graphs": probe_options.get("graphs") or PROBE_GRAPHS,
+                                             "points": points,
                                              "created": time.strftime("%Y-%m-%d %H:%M:%S %Z")}
