@@ -325,6 +325,16 @@ def test_calibration_pieces_are_fast_and_positive(monkeypatch):
     assert fetch > 0 and index > 0
 
 
+def test_collectives_cores_never_exceed_the_usable_cores(monkeypatch):
+    """The calibration's ``cores`` of P ranks is at most the cores this process may use (2 ranks
+    on 2 cores sum to about 2; ranks whose spins start apart summed to 2.93 for 4 ranks on 2)."""
+    import gnnflow.advise.collectives as coll
+
+    monkeypatch.setattr(coll, "usable_cores", lambda: 1)
+    got = coll.calibrate_collectives(2, repeats=2)
+    assert 0 < got["cores"] <= 1.0 and got["rank_forward_backward"] >= 1.0
+
+
 # ------------------------------------------------------------------------------------------ bench
 def test_kendall_tau_and_the_bench_statistics(tmp_path):
     import argparse
