@@ -124,6 +124,11 @@ def test_a_run_measures_more_epochs_where_an_epoch_has_few_iterations(graph_book
     assert measure_epochs(6, 1) == 13 and measure_epochs(3, 1) == 9 and measure_epochs(2, 1) == 6
     assert measure_epochs(4, 2) == 7 and measure_epochs(3, 2) == 7 and measure_epochs(4, 40) == 4
     assert measure_epochs(1, 1) == 1  # one epoch asked for: nothing is left out, none added
+    from gnnflow.advise.measure import scheduled_epochs
+
+    # the strategy is told more epochs than it runs: its queues never run dry in a measured epoch
+    assert scheduled_epochs({}, 6) == 6 + 1 + 25 + 5 + 1
+    assert scheduled_epochs({"options": {"capacities": [2, 2, 1]}}, 3) == 3 + 1 + 5
     graph, _, _ = graph_book
     cfg = candidate_config(_config(graph, workers=1), "single", {}, None)
     got, = measure([{**cfg.to_dict(), "label": "single", "measure_epochs": 3}], epochs=1)
