@@ -132,15 +132,15 @@ def test_distdgl_layerwise_evaluation_equals_the_whole_graph_forward(tmp_path):
     s = open_store(store.path)
     n = s.num_nodes
     dst = np.repeat(np.arange(n), np.diff(s.indptr))
-    g = dgl.graph((torch.from_numpy(np.asarray(s.indices, dtype=np.int64)), torch.from_numpy(dst)), num_nodes=n)
+    g = dgl.graph((torch.from_numpy(np.array(s.indices, dtype=np.int64)), torch.from_numpy(dst)), num_nodes=n)
     seed_everything(cfg.seed)
     torch.manual_seed(cfg.seed)
     net = dgl_model_from_config(cfg, s.feature_dim, s.num_classes).eval()
     with torch.no_grad():
-        logits = net([g] * 3, torch.from_numpy(np.asarray(s.features, dtype=np.float32)))
-    labels = torch.from_numpy(np.asarray(s.labels, dtype=np.int64))
+        logits = net([g] * 3, torch.from_numpy(np.array(s.features, dtype=np.float32)))
+    labels = torch.from_numpy(np.array(s.labels, dtype=np.int64))
     want = split_metrics(split_sums({k: (logits[idx], labels[idx]) for k in ("train", "val", "test")
-                                     for idx in [torch.from_numpy(np.asarray(s.split(k), dtype=np.int64))]}))
+                                     for idx in [torch.from_numpy(np.array(s.split(k), dtype=np.int64))]}))
     for k in ("train", "val", "test"):
         assert getattr(got, f"{k}_loss") == pytest.approx(want[f"{k}_loss"], rel=1e-5), k
         assert getattr(got, f"{k}_acc") == pytest.approx(want[f"{k}_acc"], abs=1.5 / len(s.split(k))), k
