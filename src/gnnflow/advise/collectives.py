@@ -121,7 +121,7 @@ def collectives_rank(ctx: Any, repeats: int) -> dict[str, float]:
     return {"allreduce_latency": float(figures[0]), "allreduce_byte": float(figures[1]),
             "latency": float(figures[2]), "byte": float(figures[3]), "latency_cpu": float(figures[4]),
             "broadcast_latency": float(figures[5]), "broadcast_byte": float(figures[6]), "byte_cpu": float(figures[7]),
-            "cores": float(min(p, sum(float(s) for s in shares))), **{f"busy_{k}": float(v) / p for k, v in zip(PROBED_STAGES, busy, strict=True)}}
+            "cores": float(sum(float(s) for s in shares)), **{f"busy_{k}": float(v) / p for k, v in zip(PROBED_STAGES, busy, strict=True)}}
 
 
 def calibrate_collectives(workers: int, repeats: int = 15, timeout_s: float = 300.0) -> dict[str, float]:
@@ -133,10 +133,9 @@ def calibrate_collectives(workers: int, repeats: int = 15, timeout_s: float = 30
     from gnnflow.runtime.launch import run_ranks
 
     out = run_ranks(collectives_rank, workers, repeats, timeout_s=timeout_s, threads_per_rank=rank_threads(workers))[0]
-    # at most the usable cores, as host_cores: ranks whose spins start and end apart each get more
-    # of a core than they would together (4 ranks on this 2-core host summed to 2.93 in run P's
+    # clamped in this process, as host_cores (4 ranks on this 2-core host summed to 2.93 in run P's
     # calibration, and every 4-rank strategy factor fitted under it came out 1.3-1.7 times run O's)
-    out["cores"] = min(out["cores"], float(usable_cores()))
+    out["cores"] = busy_cores(workers, out["cores"])
     alone = rank_probe()  # this process: the allocator and the host as the calibration's other figures
     for k in PROBED_STAGES:
         out[f"rank_{k}"] = float(max(1.0, out.pop(f"busy_{k}") / max(alone[k], 1e-9)))
@@ -182,4 +181,11 @@ def host_cores(workers: int, loops: int = 40) -> float:
         out, _ = proc.communicate(timeout=300)
         wall, cpu = (float(x) for x in out.split())
         total += cpu / max(wall, 1e-9)
+    return busy_cores(workers, total)
+
+
+def busy_cores(workers: int, total: float) -> float:
+    """``workers`` busy processes' summed CPU / wall shares as the cores they get: at most the
+    processes and the usable cores (processes that start or end apart each get more of a core
+    than they would together)."""
     return float(min(max(1, workers), usable_cores(), total))

@@ -67,19 +67,16 @@ def probe_strategies(cal: Any, workers: list[int], settings: dict[str, Any], wor
                      epochs: int = PROBE_EPOCHS, timeout_s: float = 1800.0,
                      progress: Callable[[str], None] = log.info, graphs: dict[str, dict[str, Any]] | None = None,
                      candidates: list[tuple[str, dict[str, Any]]] | None = None,
-                     points_out: dict[str, dict[str, list[list[float]]]] | None = None,
-                     ) -> dict[str, dict[str, list[float]]]:
-    """Per rank count (``"2"``, ``"4"``) and candidate label, ``[factor, overhead seconds per
-    iteration]`` fitted on the probe graphs (``graphs``, default :data:`PROBE_GRAPHS`) for
-    ``candidates`` (default the advice's), with ``cal``'s rates (its own factors left out).
-    ``workdir`` keeps the graphs and books (default: a temporary directory, removed after);
-    ``points_out`` gets, keyed alike, the points each fit was made from: ``[modelled epoch,
-    iterations per rank, measured epoch]`` per probe graph (a one-process candidate's under
-    ``"1"``)."""
+                     ) -> dict[str, dict[str, list[list[float]]]]:
+    """Per rank count (``"2"``, ``"4"``) and candidate label, the points of the probe graphs
+    (``graphs``, default :data:`PROBE_GRAPHS`) for ``candidates`` (default the advice's), with
+    ``cal``'s rates (its own factors left out): ``[modelled epoch, iterations per rank, measured
+    epoch]`` per graph; a one-process candidate's, the same run at every rank count, under ``"1"``
+    (:func:`fits` makes the factors of them).  ``workdir`` keeps the graphs and books (default: a
+    temporary directory, removed after)."""
     if workdir is None:
         with tempfile.TemporaryDirectory(prefix="gnnflow-probe-") as tmp:
-            return probe_strategies(cal, workers, settings, tmp, epochs, timeout_s, progress, graphs, candidates,
-                                    points_out)
+            return probe_strategies(cal, workers, settings, tmp, epochs, timeout_s, progress, graphs, candidates)
     from gnnflow.advise.advice import CANDIDATES, advise, measure_top
     from gnnflow.config import TrainConfig
     from gnnflow.data.synthetic import prepare_synthetic
@@ -88,13 +85,10 @@ def probe_strategies(cal: Any, workers: list[int], settings: dict[str, Any], wor
 
     workdir = Path(workdir)
     saved, cal.strategies = cal.strategies, {}  # the model alone
-    out: dict[str, dict[str, list[float]]] = {}
-    #: the points of one-process candidates (single): the same run at every rank count, so one
-    #: fit over all of them (a fit per rank count split the same runs' noise in two)
-    pooled: dict[str, list[tuple[float, int, float]]] = {}
+    out: dict[str, dict[str, list[list[float]]]] = {}
     try:
         for p in sorted({int(w) for w in workers if int(w) > 1}):
-            points: dict[str, list[tuple[float, int, float]]] = {}
+            out[str(p)] = {}  # every probed rank count gets the one-process fits, whatever else fails
             for name, options in (graphs or PROBE_GRAPHS).items():
                 graph = workdir / name
                 if not (graph / "meta.json").exists():
@@ -111,19 +105,21 @@ def probe_strategies(cal: Any, workers: list[int], settings: dict[str, Any], wor
                 measure_top(adv, len(adv.ranked), epochs=epochs, timeout_s=timeout_s)
                 alone = {r.label for r in adv.ranked if not strategy_class(r.strategy).distributed}
                 for label, point in probe_points(adv.ranked).items():
-                    (pooled if label in alone else points).setdefault(label, []).append(point)
-            out[str(p)] = {label: fit(pts, label) for label, pts in points.items()}
-            if points_out is not None:
-                points_out[str(p)] = {label: [list(x) for x in pts] for label, pts in points.items()}
-        for label, pts in pooled.items():
-            got = fit(pts, label)
-            for per_p in out.values():
-                per_p[label] = got
-            if points_out is not None:
-                points_out.setdefault("1", {})[label] = [list(x) for x in pts]
+                    key = "1" if label in alone else str(p)
+                    out.setdefault(key, {}).setdefault(label, []).append(list(point))
     finally:
         cal.strategies = saved
     return out
+
+
+def fits(points: dict[str, dict[str, list[list[float]]]]) -> dict[str, dict[str, list[float]]]:
+    """Per rank count and candidate label, ``[factor, overhead seconds per iteration]``
+    (:func:`fit`) of :func:`probe_strategies`'s ``points``; a one-process candidate's (``"1"``)
+    one fit over its runs at every rank count, kept under each (a fit per rank count split the
+    same runs' noise in two)."""
+    alone = {label: fit(pts, label) for label, pts in points.get("1", {}).items()}
+    return {p: {**{label: fit(pts, label) for label, pts in per_p.items()}, **alone}
+            for p, per_p in points.items() if p != "1"}
 
 
 def probe_points(rows: list[Any]) -> dict[str, tuple[float, int, float]]:
@@ -174,10 +170,8 @@ def probe_into(cal: Any, workers: list[int], settings: dict[str, Any], workdir: 
     rank counts), with what they were measured on (``cal.strategy_probe``)."""
     import time
 
-    points: dict[str, dict[str, list[list[float]]]] = {}
-    got = probe_strategies(cal, workers, settings, workdir=workdir, progress=progress, points_out=points,
-                           **probe_options)
-    cal.strategies.setdefault(settings["model"], {}).update(got)
+    points = probe_strategies(cal, workers, settings, workdir=workdir, progress=progress, **probe_options)
+    cal.strategies.setdefault(settings["model"], {}).update(fits(points))
     cal.strategy_probe[settings["model"]] = {"settings": settings,
                                              "graphs": probe_options.get("graphs") or PROBE_GRAPHS,
                                              "points": points,
