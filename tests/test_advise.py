@@ -225,6 +225,20 @@ def test_cost_model_reads_the_rates(graph_book):
     assert share(cal, st) == pytest.approx(0.5)
 
 
+def test_p3_times_its_first_layer_on_its_columns_of_the_whole_layer(graph_book):
+    """P3's forward/backward is timed on the whole input layer restricted to the rank's feature
+    columns (``columns`` of the shape key), not on a layer that many columns wide."""
+    import ast
+
+    from gnnflow.advise.advice import advise
+
+    graph, book, tmp = graph_book
+    cal = read_calibration(fake_calibration(tmp / "cal_p3.json"))
+    assert advise(_config(graph), book, cal, strategies=["p3"]).rows[0].prediction.epoch_s > 0
+    dim = json.loads((Path(graph) / "meta.json").read_text())["feature_dim"]
+    assert {(k[7], k[11]) for k in map(ast.literal_eval, cal.shapes)} == {(dim, dim // 2)}  # every rank's
+
+
 def test_waits_fill_only_idle_cores_and_paths_read_their_rates():
     """A rank's waits add to its epoch only where the busy ranks' CPU leaves cores idle (one
     rank a core: all of it; four ranks on two cores: only beyond the time-shared CPU); the load

@@ -219,3 +219,33 @@ def test_mg_gcn_s_timing_is_kept_scaled_down_and_off_the_gpu(monkeypatch):
     assert len(cal.shapes) == 1
     gpu = Setting(cfg=st.cfg, feature_dim=12, num_classes=5, num_nodes=8000, workers=2, device="cuda")
     assert shapes.timed_rows(cal, gpu, 4000.0, 800.0, 40_000.0, linear) is None
+
+
+def test_p3_first_layer_is_timed_on_the_whole_layer_restricted_to_its_columns():
+    """P3's layer 0 (``columns``) runs the whole input layer with its weights restricted to the
+    rank's columns (the strategy's own code): its output on those columns equals the whole model on
+    inputs zero outside them, and a GCN layer wider in than out projects the columns first, as the
+    strategy does (a layer built that narrow would aggregate them first: run U's products-shaped
+    slice timed at half P3's forward/backward)."""
+    import torch
+
+    from gnnflow.advise import shapes
+    from gnnflow.nn import build_model_from_config
+
+    cfg = TrainConfig(graph="-", model="gcn", hidden=16, num_layers=2, fanouts=[5, 5])
+    layers = [(400.0, 1400.0, 4000.0), (100.0, 400.0, 500.0)]
+    key = shapes.shape_key("gcn", cfg, 64, 4, layers, columns=8)
+    assert key[7] == 64 and key[11] == 8 and key != shapes.shape_key("gcn", cfg, 8, 4, layers)
+    assert shapes.time_shape(key, cfg, repeats=1) > 0
+    torch.manual_seed(0)
+    net = build_model_from_config(cfg, 64, 4)
+    net.eval()
+    blocks = shapes.synthetic_blocks(key[9])
+    x = torch.randn(blocks[0].num_src, 8)
+    whole = net(blocks, torch.cat([x, torch.zeros(x.shape[0], 56)], 1))
+    assert torch.allclose(shapes._columns_forward(net, blocks, x), whole, atol=1e-5)
+    projected = []
+    project = net.layers[0].project
+    net.layers[0].project = lambda h: projected.append(tuple(h.shape)) or project(h)
+    shapes._columns_forward(net, blocks, x)
+    assert projected == [(blocks[0].num_src, 8)]

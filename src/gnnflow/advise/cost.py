@@ -195,19 +195,20 @@ def gather_s(cal: Calibration, rows: float, dim: int, calls: float = 1.0, path: 
 
 
 def fb_s(cal: Calibration, st: Setting, layers: list[tuple[float, float, float]], in_dim: int | None = None,
-         timed: bool = True, halo: str = "", threads: int = 1) -> float:
+         timed: bool = True, halo: str = "", threads: int = 1, columns: int = 0) -> float:
     """Forward + backward seconds of one batch's blocks: the model timed at their shape
     (:func:`gnnflow.advise.shapes.timed_fb`: sampled mini-batches, or with ``halo`` a full-graph
     halo block; ``timed``), one thread's CPU seconds, or with ``threads`` > 1 the wall seconds on
     that many threads; else the calibration's linear model (one thread) over the calibration's
-    speed-up ``threads`` when ``threads`` > 1."""
+    speed-up ``threads`` when ``threads`` > 1.  ``columns``: P3's first layer on that many of the
+    ``in_dim`` input columns (the linear model: a layer that many columns wide)."""
     model = st.cfg.model
     key = f"{model}@cuda" if st.device == "cuda" and f"{model}@cuda" in cal.layers else model
     width = st.feature_dim if in_dim is None else in_dim
-    got = timed_fb(cal, st.cfg, key, layers, max(1, width), st.num_classes, halo, threads) if timed else None
+    got = timed_fb(cal, st.cfg, key, layers, max(1, width), st.num_classes, halo, threads, columns) if timed else None
     if got is not None:
         return got
-    terms = model_terms(st.cfg, layers, width, st.num_classes)
+    terms = model_terms(st.cfg, layers, columns or width, st.num_classes)
     return float(terms @ cal.layer_coefficients(key)) / (cal.threads if threads > 1 else 1.0)
 
 
@@ -310,12 +311,13 @@ def predict_p3(cal: Calibration, st: Setting, works: list[RankWork]) -> Predicti
         it, layers, r = sampling_rank(cal, st, w, inline)
         r.exchange("sample", 3 * it, ID_BYTES * w.count("structure_ids"), inline)
         r.work("load", gather_s(cal, w.count("column_rows"), cols, it, "index"))
-        # layer 0 of every micro-batch on this rank's columns, the layers above on its own (their
-        # first one timed with layer 0's destinations as sources: the stacked partials' rows)
+        # layer 0 of every micro-batch on this rank's columns (the whole layer restricted to them,
+        # as the strategy runs it), the layers above on its own (their first one timed with layer
+        # 0's destinations as sources: the stacked partials' rows)
         first = (w.per_iteration("first_layer_dst"), w.per_iteration("first_layer_src"),
                  w.per_iteration("first_layer_edges"))
         above = [(layers[1][0], first[0], layers[1][2]), *layers[2:]] if len(layers) > 1 else []
-        r.work("forward_backward", it * fb_s(cal, st, [first, *above], in_dim=cols))
+        r.work("forward_backward", it * fb_s(cal, st, [first, *above], columns=cols))
         r.exchange("comm", 2 * 2 * it, 4.0 * w.count("push_floats") * 2)  # push forward, pull backward
         r.allreduce(it, params)
         r.step(it, params)

@@ -51,12 +51,13 @@ def _round2(x: float) -> int:
 
 
 def shape_key(model: str, cfg: Any, in_dim: int, classes: int, layers: list[tuple[float, float, float]],
-              halo: str = "") -> tuple:
+              halo: str = "", columns: int = 0) -> tuple:
     """The rounded shape one timing stands for: the model's settings and widths, per layer the
     destinations, sources, edges (two significant figures; a layer's sources at least its
-    destinations; a mini-batch's next layer's sources its destinations), and ``halo``: "" for
+    destinations; a mini-batch's next layer's sources its destinations), ``halo``: "" for
     mini-batch blocks, "halo" for a full-graph halo block, "halo-project" when a narrowing GCN
-    layer's halo rows arrive projected."""
+    layer's halo rows arrive projected; and ``columns``: 0, or P3's first layer on that many of
+    the ``in_dim`` input columns (:func:`_columns_forward`)."""
     dims = []
     below = None
     for dst, src, edges in reversed(layers):  # top layer first: its destinations are the targets
@@ -66,7 +67,7 @@ def shape_key(model: str, cfg: Any, in_dim: int, classes: int, layers: list[tupl
         below = None if halo else s
     dims.reverse()
     return (model, int(cfg.hidden), int(cfg.num_layers), int(cfg.heads), int(cfg.out_heads), str(cfg.aggregator),
-            float(cfg.dropout), int(in_dim), int(classes), tuple(dims), halo)
+            float(cfg.dropout), int(in_dim), int(classes), tuple(dims), halo, int(columns))
 
 
 def even_counts(rows: int, entries: int) -> np.ndarray:
@@ -102,13 +103,13 @@ def time_shape(key: tuple, cfg: Any, repeats: int = 5, threads: int = 1) -> floa
     ``threads`` > 1 the model runs on that many torch threads and the time is the wall time (a
     single process's forward/backward: how much the threads gain depends on the shape, 1.4 times
     at a 1,000-target GCN batch of the default graph against 1.7 at the products-shaped slice's
-    on two cores)."""
+    on two cores).  A key with ``columns`` runs P3's forward (:func:`_columns_forward`)."""
     import torch.nn.functional as F
 
     from gnnflow.nn import build_model_from_config
     from gnnflow.strategies.memory import layer_dims
 
-    in_dim, classes, dims, halo = key[7], key[8], key[9], key[10]
+    in_dim, classes, dims, halo, columns = key[7], key[8], key[9], key[10], key[11]
     before = torch.get_num_threads()
     torch.set_num_threads(max(1, threads))
     clock = time.thread_time if threads <= 1 else time.perf_counter
@@ -122,7 +123,7 @@ def time_shape(key: tuple, cfg: Any, repeats: int = 5, threads: int = 1) -> floa
             x = torch.randn(dims[0][0], in_dim)
             widths = [d_in for d_in, _ in layer_dims(cfg, in_dim, classes)]
         else:
-            x = torch.randn(dims[0][1], in_dim)
+            x = torch.randn(dims[0][1], columns or in_dim)
         times = []
         for i in range(repeats + 1):
             if not halo:
@@ -130,7 +131,10 @@ def time_shape(key: tuple, cfg: Any, repeats: int = 5, threads: int = 1) -> floa
                     b.cache.clear()  # a new batch's blocks: nothing derived yet
             net.zero_grad(set_to_none=False)
             t = clock()
-            out = _halo_forward(net, blocks, dims, x, widths, halo == "halo-project") if halo else net(blocks, x)
+            if halo:
+                out = _halo_forward(net, blocks, dims, x, widths, halo == "halo-project")
+            else:
+                out = _columns_forward(net, blocks, x) if columns else net(blocks, x)
             F.cross_entropy(out, y, reduction="sum").backward()
             if i:
                 times.append(clock() - t)
@@ -155,13 +159,30 @@ def _halo_forward(net: Any, blocks: list[Any], dims: tuple, x: torch.Tensor, wid
     return h
 
 
+def _columns_forward(net: Any, blocks: list[Any], x_cols: torch.Tensor) -> torch.Tensor:
+    """P3*'s forward on one rank without its push (:class:`~gnnflow.strategies.split.p3.PushPull`):
+    the first layer from the first ``x_cols.shape[1]`` input columns alone, by the strategy's own
+    code (the whole layer's weights restricted to those columns: a GCN layer wider in than out
+    projects the columns first and aggregates at the hidden width, as the strategy does, where a
+    layer built that narrow would aggregate the columns first), its activation and the layers
+    above on the partial."""
+    from gnnflow.strategies.split.p3 import drop_input_columns, finish_first_layer, partial_first_layer
+
+    cols = torch.arange(x_cols.shape[1])
+    h = finish_first_layer(net, blocks[0], partial_first_layer(net.layers[0], blocks[0], drop_input_columns(net, x_cols),
+                                                               cols, with_bias=True))
+    for i in range(1, len(blocks)):
+        h = net.layer_step(i, blocks[i], h)
+    return h
+
+
 def timed_fb(cal: Any, cfg: Any, model_key: str, layers: list[tuple[float, float, float]], in_dim: int,
-             classes: int, halo: str = "", threads: int = 1) -> float | None:
+             classes: int, halo: str = "", threads: int = 1, columns: int = 0) -> float | None:
     """Seconds of forward + backward of one batch of ``layers`` timed at its rounded shape (kept in
     ``cal.shapes``) and scaled to the exact shape by the linear model; None where the shape is not
     timed (a GPU, a model the calibration has no fit for).  ``halo``: the blocks are a full-graph
     halo block's (:func:`shape_key`); ``threads`` > 1: wall seconds on that many torch threads
-    (:func:`time_shape`)."""
+    (:func:`time_shape`); ``columns``: P3's first layer on that many of the ``in_dim`` columns."""
     from gnnflow.advise.features import model_terms
 
     if model_key.endswith("@cuda") or model_key not in cal.layers or not layers:
@@ -172,13 +193,14 @@ def timed_fb(cal: Any, cfg: Any, model_key: str, layers: list[tuple[float, float
         layers_timed = [(d / k, s / k, e / k) for d, s, e in layers]
     else:
         layers_timed = layers
-    key = shape_key(model_key, cfg, in_dim, classes, layers_timed, halo)
+    key = shape_key(model_key, cfg, in_dim, classes, layers_timed, halo, columns)
     name = repr(key) if threads <= 1 else f"{key!r}@{threads}"
     if name not in cal.shapes:
         cal.shapes[name] = time_shape(key, cfg, threads=threads)
     coef = cal.layer_coefficients(model_key)
-    exact = float(model_terms(cfg, layers, in_dim, classes) @ coef)
-    rounded = float(model_terms(cfg, [tuple(map(float, d)) for d in key[9]], in_dim, classes) @ coef)
+    width = columns or in_dim  # the linear model's terms: the columns read
+    exact = float(model_terms(cfg, layers, width, classes) @ coef)
+    rounded = float(model_terms(cfg, [tuple(map(float, d)) for d in key[9]], width, classes) @ coef)
     return cal.shapes[name] * (exact / rounded if rounded > 0 else 1.0)
 
 
