@@ -166,7 +166,11 @@ def _columns_forward(net: Any, blocks: list[Any], x_cols: torch.Tensor) -> torch
     projects the columns first and aggregates at the hidden width, as the strategy does, where a
     layer built that narrow would aggregate the columns first), its activation and the layers
     above on the partial."""
-    from gnnflow.strategies.split.p3 import drop_input_columns, finish_first_layer, partial_first_layer
+    from gnnflow.strategies.split.p3 import (
+        drop_input_columns,
+        finish_first_layer,
+        partial_first_layer,
+    )
 
     cols = torch.arange(x_cols.shape[1])
     h = finish_first_layer(net, blocks[0], partial_first_layer(net.layers[0], blocks[0], drop_input_columns(net, x_cols),
