@@ -190,6 +190,7 @@ def test_mg_gcn_s_rank_is_timed_on_its_own_tiles_with_every_round(monkeypatch):
     monkeypatch.setattr(FullBatch, "compute_gradients", lambda self, rec: calls.append(1) or step(self, rec))
     monkeypatch.setattr(shapes._LocalRounds, "__call__", lambda self, x, out=None, transpose=False: (
         widths.append((x.shape[1], transpose)) or engine_call(self, x, out, transpose)))
+    monkeypatch.setattr(shapes, "MIN_TIMED_S", 0.0)  # the repeats alone (tiny calls go on to 0.25 s)
     assert shapes.time_rows(key, cfg, repeats=2) > 0
     assert len(calls) == 3  # a warm-up and two timed
     # per call: layer 0 aggregates the 12 features first (no backward SpMM, §4.4); layer 1
@@ -249,3 +250,14 @@ def test_p3_first_layer_is_timed_on_the_whole_layer_restricted_to_its_columns():
     net.layers[0].project = lambda h: projected.append(tuple(h.shape)) or project(h)
     shapes._columns_forward(net, blocks, x)
     assert projected == [(blocks[0].num_src, 8)]
+
+
+def test_a_timing_runs_its_repeats_and_at_least_min_timed_s():
+    """Short calls go on until they add up to ``MIN_TIMED_S`` (at most ``MAX_REPEATS``); long ones
+    stop after ``repeats``; the rank probe's pieces (``min_s=0``) after ``repeats``."""
+    from gnnflow.advise.shapes import MAX_REPEATS, MIN_TIMED_S, more
+
+    assert more([], 5) and more([1.0] * 4, 5) and not more([1.0] * 5, 5)
+    short = MIN_TIMED_S / 20
+    assert more([short] * 5, 5) and not more([short] * 20, 5)
+    assert not more([1e-6] * MAX_REPEATS, 5) and not more([1e-6] * 3, 3, min_s=0.0)

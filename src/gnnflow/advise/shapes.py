@@ -41,6 +41,11 @@ import torch
 
 #: above this many edges (all layers) a shape is timed scaled down to this many (seconds of work)
 MAX_TIMED_EDGES = 4_000_000
+#: a timing takes at least its ``repeats`` calls and goes on until its calls add up to this many
+#: seconds (at most :data:`MAX_REPEATS` calls): the least of five 3 ms calls on two threads moved
+#: 2.6-3.4 ms between processes on the same host
+MIN_TIMED_S = 0.25
+MAX_REPEATS = 60
 
 
 def _round2(x: float) -> int:
@@ -95,8 +100,16 @@ def synthetic_blocks(dims: tuple[tuple[int, int, int], ...], seed: int = 0) -> l
     return out
 
 
-def time_shape(key: tuple, cfg: Any, repeats: int = 5, threads: int = 1) -> float:
-    """The least CPU seconds of one thread, over ``repeats`` calls after a warm-up, of forward +
+def more(times: list[float], repeats: int, min_s: float | None = None) -> bool:
+    """Whether a timing goes on after ``times``: fewer than ``repeats`` calls, or fewer than
+    ``min_s`` (default :data:`MIN_TIMED_S`) seconds in all and fewer than :data:`MAX_REPEATS` calls."""
+    least = MIN_TIMED_S if min_s is None else min_s
+    return len(times) < repeats or (sum(times) < least and len(times) < MAX_REPEATS)
+
+
+def time_shape(key: tuple, cfg: Any, repeats: int = 5, threads: int = 1, min_s: float | None = None) -> float:
+    """The least CPU seconds of one thread, over at least ``repeats`` calls and ``min_s`` seconds
+    (:func:`more`) after a warm-up, of forward +
     summed cross-entropy + backward of ``cfg``'s model on fresh blocks of ``key``'s shape (the
     least: other processes on the host only add to it; what P ranks add is ``rank_<stage>``);
     a halo key's blocks are kept warm and its halo rows join before every layer.  With
@@ -124,8 +137,9 @@ def time_shape(key: tuple, cfg: Any, repeats: int = 5, threads: int = 1) -> floa
             widths = [d_in for d_in, _ in layer_dims(cfg, in_dim, classes)]
         else:
             x = torch.randn(dims[0][1], columns or in_dim)
-        times = []
-        for i in range(repeats + 1):
+        times: list[float] = []
+        warm = True
+        while warm or more(times, repeats, min_s):
             if not halo:
                 for b in blocks:
                     b.cache.clear()  # a new batch's blocks: nothing derived yet
@@ -136,8 +150,9 @@ def time_shape(key: tuple, cfg: Any, repeats: int = 5, threads: int = 1) -> floa
             else:
                 out = _columns_forward(net, blocks, x) if columns else net(blocks, x)
             F.cross_entropy(out, y, reduction="sum").backward()
-            if i:
+            if not warm:
                 times.append(clock() - t)
+            warm = False
     finally:
         torch.set_num_threads(before)
     return float(min(times))
@@ -221,7 +236,8 @@ def rows_key(cfg: Any, in_dim: int, classes: int, rows: float, train: float, nnz
 
 
 def time_rows(key: tuple, cfg: Any, repeats: int = 5) -> float:
-    """The least CPU seconds of one thread, over ``repeats`` calls after a warm-up, of MG-GCN's
+    """The least CPU seconds of one thread, over at least ``repeats`` calls and
+    :data:`MIN_TIMED_S` seconds (:func:`more`) after a warm-up, of MG-GCN's
     own forward + loss + backward (:meth:`FullBatch.compute_gradients`) on one rank of ``key``'s
     shape: its tiles of ``Â`` (each row's non-zeros spread evenly, columns drawn at random over
     the blocks, as permute-1d's random rows give), every round's SpMM with the other blocks'
@@ -252,13 +268,15 @@ def time_rows(key: tuple, cfg: Any, repeats: int = 5) -> float:
         s.model = build_model_from_config(cfg, in_dim, classes, model=FullBatch.model_name(cfg))
         s.model.train()
         s.dims = [in_dim] + [layer_params(m)[0].shape[1] for m in s.model.layers]
-        times = []
-        for i in range(repeats + 1):
+        times: list[float] = []
+        warm = True
+        while warm or more(times, repeats):
             s.model.zero_grad(set_to_none=False)
             t = time.thread_time()
             s.compute_gradients(Recorder(torch.device("cpu")))
-            if i:
+            if not warm:
                 times.append(time.thread_time() - t)
+            warm = False
     finally:
         torch.set_num_threads(before)
     return float(min(times))
@@ -346,7 +364,7 @@ def rank_probe(seconds: float = 0.9) -> dict[str, float]:
 
     pieces = {"sample": lambda: clocked(lambda: sampler.sample_blocks(targets)),
               "load": lambda: clocked(lambda: take_rows(table, rows)),
-              "forward_backward": lambda: time_shape(key, cfg, repeats=3)}
+              "forward_backward": lambda: time_shape(key, cfg, repeats=3, min_s=0.0)}
     got: dict[str, list[float]] = {name: [] for name in pieces}
     start = time.perf_counter()
     while time.perf_counter() - start < seconds or len(got["sample"]) < 3:
