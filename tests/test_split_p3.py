@@ -12,14 +12,16 @@ from gnnflow.sampling import NeighborSampler
 from gnnflow.strategies.split.p3 import feature_columns, finish_first_layer, partial_first_layer
 
 
-@pytest.mark.parametrize("model", ["sage", "gcn", "gat", "mlp"])
+@pytest.mark.parametrize("model", ["sage", "sage:gcn", "gcn", "gat", "mlp"])
 @pytest.mark.parametrize("parts", [2, 3])
 def test_partials_over_feature_columns_sum_to_first_layer(model, parts):
+    """``sage:gcn``: GraphSAGE with the GCN aggregator (one weight, its own bias)."""
     a = random_store_arrays(num_nodes=150, avg_degree=6, feature_dim=10, seed=3)
     blocks = NeighborSampler(a["indptr"], a["indices"], [4, 3], seed=0).sample_blocks(torch.arange(20))
     x = torch.from_numpy(a["features"][blocks[0].src_ids.numpy()])
     torch.manual_seed(0)
-    net = build_model(model, 10, 8, 4, 2, 0.0, 2)
+    model, _, aggregator = model.partition(":")
+    net = build_model(model, 10, 8, 4, 2, 0.0, 2, aggregator=aggregator or "mean")
     with torch.no_grad():  # biases start at zero; make a bias added more than once visible
         for n, p in net.named_parameters():
             if "bias" in n:

@@ -33,7 +33,7 @@ adds to a rate (``rank_<stage>``) too:
   cores' worth of CPU P busy processes get together (P x each one's CPU/wall share);
 * ``dgl`` — DGL 1.1.3's own neighbour sampler per edge and its SAGE layer's forward/backward
   relative to ours (the DistDGL peer), when DGL is installed;
-* ``strategies`` — the strategy factors: every candidate trained for a few epochs on three probe
+* ``strategies`` — the strategy factors: every candidate trained for a few epochs on four probe
   graphs, measured against modelled epoch time fitted as ``factor x modelled + overhead x
   iterations`` per model, rank count and candidate (:mod:`gnnflow.advise.strategy_probe`;
   ``strategy_probe`` says with which settings and graphs, and when).
@@ -62,7 +62,9 @@ from gnnflow.advise.features import TERMS, model_terms
 from gnnflow.errors import ConfigError
 
 log = logging.getLogger("gnnflow.advise")
-VERSION = 1
+#: 2 (2026-11-28): P3's forward/backward timed on the whole first layer restricted to the rank's
+#: columns; the strategy factors of version 1 were fitted to the model before (P3's 2-3 times)
+VERSION = 2
 MODELS = ("sage", "gcn", "gat")
 #: fields of earlier calibration files that nothing reads now (dropped when a file is read):
 #: ``op``, seconds of one small torch operation

@@ -8,8 +8,8 @@ lookups and push packing, P3's column slicing, the DistDGL peer's servers and RP
 contending for the same cores at every collective (docs/advise.md, "What the model ignores").
 
 So the calibration also trains every candidate of the advice (:data:`gnnflow.advise.advice.
-CANDIDATES`) for a few epochs on three graphs of its own (:data:`PROBE_GRAPHS`: from a light one,
-narrow and sparse, to a heavy one, wide and dense; each partitioned by METIS into P parts for every
+CANDIDATES`) for a few epochs on four graphs of its own (:data:`PROBE_GRAPHS`: from a light one,
+narrow and sparse, to a large one, wide and dense; each partitioned by METIS into P parts for every
 calibrated rank count P), predicts the same candidates with the rates just measured, and fits per
 rank count and candidate the **strategy factor**: measured epoch = ``factor`` x modelled epoch +
 ``overhead`` x iterations per rank (non-negative least squares over the graphs, each
@@ -37,9 +37,12 @@ from typing import Any
 
 log = logging.getLogger("gnnflow.advise")
 
-#: the probe graphs (:func:`gnnflow.data.synthetic.prepare_synthetic` options): light, medium and
-#: heavy, so that per-iteration work differs by about ten times between the ends (three points for
-#: two unknowns: one noisy run moves the fit less); none of ``bench advise``'s graphs
+#: the probe graphs (:func:`gnnflow.data.synthetic.prepare_synthetic` options): light, medium,
+#: heavy and large, so that per-iteration work differs by about ten times between the ends (four
+#: points for two unknowns: one noisy run moves the fit less), the large one's full-graph epoch
+#: 0.6 times the products-shaped slice's (with heavy the heaviest, 0.35 times, MG-GCN's 4-rank fits
+#: rested on epochs of 10-70 ms and were extrapolated to it: runs U, V and X missed it by 14-23 %); none
+#: of ``bench advise``'s graphs
 PROBE_GRAPHS: dict[str, dict[str, Any]] = {
     "light": {"num_nodes": 16_384, "avg_degree": 8.0, "feature_dim": 16, "num_classes": 8, "train_frac": 0.5,
               "seed": 11},
@@ -47,6 +50,8 @@ PROBE_GRAPHS: dict[str, dict[str, Any]] = {
                "seed": 13},
     "heavy": {"num_nodes": 40_000, "avg_degree": 40.0, "feature_dim": 128, "num_classes": 32, "train_frac": 0.2,
               "seed": 12},
+    "large": {"num_nodes": 64_000, "avg_degree": 48.0, "feature_dim": 128, "num_classes": 32, "train_frac": 0.125,
+              "seed": 14},
 }
 #: epochs of each probe run (the first is left out: it fills pipelines and touches memory first;
 #: the median of the other five: with 3 (two kept) the 4-rank fits moved up to 2.2 times between

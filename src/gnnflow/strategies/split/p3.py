@@ -63,10 +63,17 @@ AFFINE: dict[type, tuple[dict[str, int], tuple[str, ...]]] = {
 PROJECTED: dict[type, str] = {GATConv: "fc.weight"}
 
 
+# GraphSAGE with the GCN aggregator: one weight, on the mean of the neighbours and the vertex itself.
+SAGE_GCN: tuple[dict[str, int], tuple[str, ...]] = ({"fc_neigh.weight": 1}, ("bias",))
+
+
 def affine_split(conv: nn.Module) -> tuple[dict[str, int], tuple[str, ...]] | None:
     """The input weights ``{name: input axis}`` and biases of a first layer affine in its input:
-    gnnflow's own (:data:`AFFINE`), or a layer class that declares them as ``affine_split``
-    (docs/models.md; :class:`gnnflow.nn.pyg.PyGLayer` does for GraphConv and GCNConv)."""
+    gnnflow's own (:data:`AFFINE`; :data:`SAGE_GCN` for GraphSAGE's GCN aggregator), or a layer
+    class that declares them as ``affine_split`` (docs/models.md; :class:`gnnflow.nn.pyg.PyGLayer`
+    does for GraphConv and GCNConv)."""
+    if isinstance(conv, SAGEConv) and conv.aggregator == "gcn":
+        return SAGE_GCN
     return AFFINE.get(type(conv)) or getattr(conv, "affine_split", None)
 
 
