@@ -194,17 +194,17 @@ def gather_s(cal: Calibration, rows: float, dim: int, calls: float = 1.0, path: 
     return calls * g[pre + "call"] + rows * (g[pre + "row"] + g[pre + "byte"] * 4.0 * dim)
 
 
-def fb_s(cal: Calibration, st: Setting, layers: list[tuple[float, float, float]], in_dim: int | None = None,
-         timed: bool = True, halo: str = "", threads: int = 1, columns: int = 0) -> float:
+def fb_s(cal: Calibration, st: Setting, layers: list[tuple[float, float, float]], timed: bool = True,
+         halo: str = "", threads: int = 1, columns: int = 0) -> float:
     """Forward + backward seconds of one batch's blocks: the model timed at their shape
     (:func:`gnnflow.advise.shapes.timed_fb`: sampled mini-batches, or with ``halo`` a full-graph
     halo block; ``timed``), one thread's CPU seconds, or with ``threads`` > 1 the wall seconds on
     that many threads; else the calibration's linear model (one thread) over the calibration's
     speed-up ``threads`` when ``threads`` > 1.  ``columns``: P3's first layer on that many of the
-    ``in_dim`` input columns (the linear model: a layer that many columns wide)."""
+    input columns (the linear model: a layer that many columns wide)."""
     model = st.cfg.model
     key = f"{model}@cuda" if st.device == "cuda" and f"{model}@cuda" in cal.layers else model
-    width = st.feature_dim if in_dim is None else in_dim
+    width = st.feature_dim
     got = timed_fb(cal, st.cfg, key, layers, max(1, width), st.num_classes, halo, threads, columns) if timed else None
     if got is not None:
         return got

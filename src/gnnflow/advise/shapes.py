@@ -107,6 +107,16 @@ def more(times: list[float], repeats: int, min_s: float | None = None) -> bool:
     return len(times) < repeats or (sum(times) < least and len(times) < MAX_REPEATS)
 
 
+def least_time(once: Callable[[], float], repeats: int, min_s: float | None = None) -> float:
+    """The least seconds ``once()`` returns (it times its own call) over the calls :func:`more`
+    asks for, after one warm-up call."""
+    once()
+    times: list[float] = []
+    while more(times, repeats, min_s):
+        times.append(once())
+    return float(min(times))
+
+
 def time_shape(key: tuple, cfg: Any, repeats: int = 5, threads: int = 1, min_s: float | None = None) -> float:
     """The least CPU seconds of one thread, over at least ``repeats`` calls and ``min_s`` seconds
     (:func:`more`) after a warm-up, of forward +
@@ -137,9 +147,8 @@ def time_shape(key: tuple, cfg: Any, repeats: int = 5, threads: int = 1, min_s: 
             widths = [d_in for d_in, _ in layer_dims(cfg, in_dim, classes)]
         else:
             x = torch.randn(dims[0][1], columns or in_dim)
-        times: list[float] = []
-        warm = True
-        while warm or more(times, repeats, min_s):
+
+        def once() -> float:
             if not halo:
                 for b in blocks:
                     b.cache.clear()  # a new batch's blocks: nothing derived yet
@@ -150,12 +159,11 @@ def time_shape(key: tuple, cfg: Any, repeats: int = 5, threads: int = 1, min_s: 
             else:
                 out = _columns_forward(net, blocks, x) if columns else net(blocks, x)
             F.cross_entropy(out, y, reduction="sum").backward()
-            if not warm:
-                times.append(clock() - t)
-            warm = False
+            return clock() - t
+
+        return least_time(once, repeats, min_s)
     finally:
         torch.set_num_threads(before)
-    return float(min(times))
 
 
 def _halo_forward(net: Any, blocks: list[Any], dims: tuple, x: torch.Tensor, widths: list[int],
@@ -268,18 +276,16 @@ def time_rows(key: tuple, cfg: Any, repeats: int = 5) -> float:
         s.model = build_model_from_config(cfg, in_dim, classes, model=FullBatch.model_name(cfg))
         s.model.train()
         s.dims = [in_dim] + [layer_params(m)[0].shape[1] for m in s.model.layers]
-        times: list[float] = []
-        warm = True
-        while warm or more(times, repeats):
+
+        def once() -> float:
             s.model.zero_grad(set_to_none=False)
             t = time.thread_time()
             s.compute_gradients(Recorder(torch.device("cpu")))
-            if not warm:
-                times.append(time.thread_time() - t)
-            warm = False
+            return time.thread_time() - t
+
+        return least_time(once, repeats)
     finally:
         torch.set_num_threads(before)
-    return float(min(times))
 
 
 class _LocalRounds:
